@@ -1,0 +1,34 @@
+"""dpjax: differentially private statistical estimation in JAX.
+
+Faithful implementations of published DP estimators (DP-EM, DP GLMs, DP IV regression, ...),
+each with an honest privacy ledger, and an engine that runs whole Monte Carlo studies
+(repetitions x privacy levels) as one compiled kernel per shape.
+
+Modules:
+    mechanisms  -- noise, clipping, NoisyHT/peeling, calibration from a statistic's sensitivity
+    accounting  -- (eps, delta) and zCDP budgets, composition, conversion, the privacy ledger
+    base        -- the estimator protocol (init / step) and the lax.scan driver
+    models      -- statistical models: simulators, E-steps / gradients, truncated statistics
+    algorithms  -- the estimators of the papers
+"""
+
+from dpjax import accounting, algorithms, base, mechanisms, models
+from dpjax.accounting import ZCDP, ApproxDP, Ledger
+from dpjax.base import Estimator, run
+from dpjax.mechanisms import BoundedStatistic
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApproxDP",
+    "BoundedStatistic",
+    "Estimator",
+    "Ledger",
+    "ZCDP",
+    "accounting",
+    "algorithms",
+    "base",
+    "mechanisms",
+    "models",
+    "run",
+]

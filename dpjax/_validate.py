@@ -1,0 +1,183 @@
+"""Input validation at the public (host) boundary.
+
+Jitted kernels cannot raise on values, so every public entry point validates its concrete
+inputs here first: nothing is computed on invalid input, and each error names the parameter and
+the range it must lie in.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DPJaxWarning",
+    "ClassicGaussianWarning",
+    "check_array",
+    "check_delta",
+    "check_epsilon",
+    "check_int_in_range",
+    "check_positive",
+    "check_rho",
+    "check_truncation",
+    "warn_classic_gaussian",
+]
+
+
+class DPJaxWarning(UserWarning):
+    """Base class of the warnings dpjax emits about privacy or numerics."""
+
+
+class ClassicGaussianWarning(DPJaxWarning):
+    """The classic Gaussian calibration is used outside its proven range (epsilon > 1)."""
+
+
+def _as_float_array(value: Any, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise TypeError(f"{name} must be a real number or array of real numbers") from exc
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    ):
+        raise TypeError(
+            f"{name} must be a real number or array of real numbers; got dtype {arr.dtype}"
+        )
+    return arr.astype(np.float64)
+
+
+def check_epsilon(epsilon: Any, name: str = "epsilon") -> np.ndarray:
+    """Epsilon must lie in (0, inf]; inf means no privacy (exactly zero noise)."""
+    arr = _as_float_array(epsilon, name)
+    if np.isnan(arr).any() or (arr <= 0).any():
+        raise ValueError(
+            f"{name} must be > 0 (use float('inf') for the non-private limit); got {_show(arr)}"
+        )
+    return arr
+
+
+def check_delta(delta: Any, name: str = "delta") -> np.ndarray:
+    """Delta must lie in the open interval (0, 1)."""
+    arr = _as_float_array(delta, name)
+    if np.isnan(arr).any() or (arr <= 0).any() or (arr >= 1).any():
+        raise ValueError(f"{name} must lie in the open interval (0, 1); got {_show(arr)}")
+    return arr
+
+
+def check_rho(rho: Any, name: str = "rho") -> np.ndarray:
+    """rho (zCDP) must lie in (0, inf]; inf means no privacy."""
+    arr = _as_float_array(rho, name)
+    if np.isnan(arr).any() or (arr <= 0).any():
+        raise ValueError(
+            f"{name} must be > 0 (use float('inf') for the non-private limit); got {_show(arr)}"
+        )
+    return arr
+
+
+def check_positive(value: Any, name: str, *, allow_inf: bool = False) -> np.ndarray:
+    """A strictly positive real (step sizes, scales); finite unless ``allow_inf``."""
+    arr = _as_float_array(value, name)
+    bad = np.isnan(arr) | (arr <= 0)
+    if not allow_inf:
+        bad |= np.isinf(arr)
+    if bad.any():
+        rng = "(0, inf]" if allow_inf else "(0, inf) and finite"
+        raise ValueError(f"{name} must lie in {rng}; got {_show(arr)}")
+    return arr
+
+
+def check_truncation(truncation: Any, epsilon: Any, name: str = "truncation") -> np.ndarray:
+    """A truncation level in (0, inf]; inf (no truncation) only where epsilon is inf.
+
+    Without truncation the statistic has unbounded sensitivity, so any finite epsilon would need
+    infinite noise.
+    """
+    t = check_positive(truncation, name, allow_inf=True)
+    eps = np.asarray(epsilon, dtype=np.float64)
+    t_b, eps_b = np.broadcast_arrays(t, eps)
+    if (np.isinf(t_b) & np.isfinite(eps_b)).any():
+        raise ValueError(
+            f"{name} = inf (no truncation) has unbounded sensitivity and is allowed only with "
+            "epsilon = inf; give a finite truncation level for a private run"
+        )
+    return t
+
+
+def check_int_in_range(
+    value: Any, name: str, low: int, high: int | None = None
+) -> int:
+    """An integer in [low, high] (high inclusive; None for no upper bound)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer; got {type(value).__name__}")
+    v = int(value)
+    if v < low or (high is not None and v > high):
+        rng = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be an integer in {rng}; got {v}")
+    return v
+
+
+def check_array(
+    value: Any,
+    name: str,
+    *,
+    ndim: int | None = None,
+    shape: Sequence[int | None] | None = None,
+    allow_bool: bool = False,
+) -> np.ndarray:
+    """A finite real array of the given rank/shape (None in ``shape`` matches any size)."""
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # pragma: no cover
+        raise TypeError(f"{name} must be an array of real numbers") from exc
+    if arr.dtype.kind == "b" and not allow_bool:
+        raise TypeError(f"{name} must be a real array; got a boolean array")
+    if arr.dtype.kind not in "fiub":
+        raise TypeError(f"{name} must be a real array; got dtype {arr.dtype}")
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s); got shape {arr.shape}")
+    if shape is not None:
+        if arr.ndim != len(shape) or any(
+            s is not None and s != a for s, a in zip(shape, arr.shape)
+        ):
+            want = tuple("*" if s is None else s for s in shape)
+            raise ValueError(f"{name} must have shape {want}; got {arr.shape}")
+    if not np.isfinite(arr).all():
+        bad = int((~np.isfinite(arr)).sum())
+        raise ValueError(f"{name} must be finite; it has {bad} NaN or infinite entries")
+    return arr
+
+
+def warn_classic_gaussian(epsilon: Any, stacklevel: int = 3) -> None:
+    """Warn when the classic Gaussian calibration is used with epsilon > 1.
+
+    sigma = Delta * sqrt(2 log(1.25/delta)) / epsilon is proven only for epsilon <= 1
+    (Dwork & Roth 2014, Thm A.1).
+    """
+    eps = np.asarray(epsilon, dtype=np.float64)
+    if (np.isfinite(eps) & (eps > 1)).any():
+        warnings.warn(
+            "the classic Gaussian calibration sigma = Delta*sqrt(2 log(c/delta))/epsilon is "
+            "proven only for epsilon <= 1; got epsilon up to "
+            f"{float(eps[np.isfinite(eps)].max()):g}."
+            " The ledger reports the requested budget; prefer a zCDP calibration for epsilon > 1.",
+            ClassicGaussianWarning,
+            stacklevel=stacklevel,
+        )
+
+
+def _show(arr: np.ndarray) -> str:
+    if arr.ndim == 0:
+        return repr(float(arr))
+    flat = arr.ravel()
+    if flat.size <= 6:
+        return "[" + ", ".join(f"{float(v):g}" for v in flat) + "]"
+    return f"array of shape {arr.shape} (min {np.nanmin(flat):g}, max {np.nanmax(flat):g})"
+
+
+def is_inf(value: Any) -> bool:
+    """True if a host scalar is +inf."""
+    return isinstance(value, (int, float, np.floating)) and math.isinf(float(value))

@@ -1,0 +1,510 @@
+r"""Privacy budgets, composition, conversion, and the privacy ledger.
+
+Accounting runs on the host in plain Python/NumPy (never inside a jitted kernel): a study
+calibrates its noise multipliers here once per privacy level and passes them to the kernel as
+arrays.
+
+Budgets:
+    * :class:`ApproxDP` -- (epsilon, delta)-DP; ``delta = 0`` is pure DP; ``epsilon = inf`` is no
+      guarantee at all.
+    * :class:`ZCDP` -- rho-zero-concentrated DP (Bun & Steinke 2016).
+
+Composition rules:
+    * basic: ``(sum eps_i, sum delta_i)``;
+    * parallel over disjoint batches, adaptive (spec 000 Appendix C.2): if each step is
+      (eps, delta)-DP with respect to its own disjoint batch, for every fixed output of the
+      previous steps, the whole run is ``(max eps_i, max delta_i)``-DP;
+    * zCDP: ``rho = sum rho_i``, then to (eps, delta) by :func:`zcdp_to_approx_dp`.
+
+Every estimator returns a :class:`Ledger` built by :meth:`Ledger.build`: the guarantee is
+*computed* from each release's mechanism, the noise it actually adds per unit of its declared
+sensitivity, and how the true sensitivity compares to the declared one -- it is never typed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+__all__ = [
+    "ApproxDP",
+    "Budget",
+    "Ledger",
+    "Release",
+    "ZCDP",
+    "advanced_composition",
+    "compose_basic",
+    "compose_parallel",
+    "compose_zcdp",
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "gaussian_zcdp",
+    "pure_to_zcdp",
+    "zcdp_for_approx_dp",
+    "zcdp_to_approx_dp",
+]
+
+_INF = float("inf")
+
+
+# --------------------------------------------------------------------------------------------
+# Budgets
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ApproxDP:
+    """An (epsilon, delta)-DP guarantee. ``epsilon = inf`` means no guarantee."""
+
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        eps, delta = float(self.epsilon), float(self.delta)
+        if math.isnan(eps) or eps < 0:
+            raise ValueError(f"epsilon must lie in [0, inf]; got {self.epsilon}")
+        if math.isnan(delta) or not 0.0 <= delta <= 1.0:
+            raise ValueError(f"delta must lie in [0, 1]; got {self.delta}")
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "delta", delta)
+
+    @property
+    def is_private(self) -> bool:
+        return math.isfinite(self.epsilon) and self.delta < 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "approx-dp", "epsilon": _json_float(self.epsilon), "delta": self.delta}
+
+    def __str__(self) -> str:
+        if not self.is_private:
+            return "not DP (epsilon = inf)"
+        if self.delta == 0:
+            return f"({self.epsilon:.6g}, 0)-DP"
+        return f"({self.epsilon:.6g}, {self.delta:.3g})-DP"
+
+
+@dataclasses.dataclass(frozen=True)
+class ZCDP:
+    """A rho-zCDP guarantee (Bun & Steinke 2016). ``rho = inf`` means no guarantee."""
+
+    rho: float
+
+    def __post_init__(self) -> None:
+        rho = float(self.rho)
+        if math.isnan(rho) or rho < 0:
+            raise ValueError(f"rho must lie in [0, inf]; got {self.rho}")
+        object.__setattr__(self, "rho", rho)
+
+    @property
+    def is_private(self) -> bool:
+        return math.isfinite(self.rho)
+
+    def to_approx_dp(self, delta: float, method: str = "cks") -> ApproxDP:
+        return zcdp_to_approx_dp(self.rho, delta, method=method)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "zcdp", "rho": _json_float(self.rho)}
+
+    def __str__(self) -> str:
+        return f"{self.rho:.6g}-zCDP" if self.is_private else "not DP (rho = inf)"
+
+
+Budget = ApproxDP | ZCDP
+
+
+def _json_float(x: float) -> float | str:
+    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+# --------------------------------------------------------------------------------------------
+# Composition and conversion
+# --------------------------------------------------------------------------------------------
+
+
+def compose_basic(budgets: Iterable[ApproxDP]) -> ApproxDP:
+    """Basic (adaptive) composition: ``(sum eps, min(1, sum delta))``."""
+    bs = list(budgets)
+    if not bs:
+        raise ValueError("compose_basic needs at least one budget")
+    return ApproxDP(sum(b.epsilon for b in bs), min(1.0, sum(b.delta for b in bs)))
+
+
+def compose_parallel(budgets: Iterable[ApproxDP]) -> ApproxDP:
+    """Adaptive parallel composition over disjoint batches: ``(max eps, max delta)``.
+
+    Valid when step ``t`` touches only batch ``B_t``, the batches are disjoint and chosen
+    independently of the data, and step ``t`` is (eps_t, delta_t)-DP in ``B_t`` for every fixed
+    value of the previous outputs (spec 000, proof of Lemma 3.3 in Appendix C.2).
+    """
+    bs = list(budgets)
+    if not bs:
+        raise ValueError("compose_parallel needs at least one budget")
+    return ApproxDP(max(b.epsilon for b in bs), max(b.delta for b in bs))
+
+
+def compose_zcdp(budgets: Iterable[ZCDP]) -> ZCDP:
+    """zCDP composes additively: ``rho = sum rho_i``."""
+    bs = list(budgets)
+    if not bs:
+        raise ValueError("compose_zcdp needs at least one budget")
+    return ZCDP(sum(b.rho for b in bs))
+
+
+def pure_to_zcdp(epsilon: float) -> ZCDP:
+    """An (eps, 0)-DP mechanism is (eps^2 / 2)-zCDP (Bun & Steinke 2016, Prop 1.4)."""
+    return ZCDP(0.5 * float(epsilon) ** 2)
+
+
+def gaussian_zcdp(sensitivity: float, sigma: float) -> ZCDP:
+    """A Gaussian mechanism (l2 sensitivity Delta, std sigma) is Delta^2/(2 sigma^2)-zCDP."""
+    if sigma == 0:
+        return ZCDP(_INF)
+    return ZCDP(float(sensitivity) ** 2 / (2.0 * float(sigma) ** 2))
+
+
+def advanced_composition(epsilon: float, delta: float, k: int, delta_prime: float) -> ApproxDP:
+    """Advanced composition of k (eps, delta)-DP mechanisms (Dwork, Rothblum & Vadhan 2010).
+
+    ``(sqrt(2 k log(1/delta')) eps + k eps (e^eps - 1), k delta + delta')``.
+    """
+    eps = math.sqrt(2 * k * math.log(1 / delta_prime)) * epsilon + k * epsilon * math.expm1(
+        epsilon
+    )
+    return ApproxDP(eps, min(1.0, k * delta + delta_prime))
+
+
+def _cks_epsilon(rho: float, delta: float) -> float:
+    """min over alpha > 1 of ``rho a + log1p(-1/a) - (log delta + log a)/(a - 1)``.
+
+    Canonne, Kamath & Steinke (2020), Prop 12, applied to the zCDP RDP curve ``rho * alpha``.
+    The objective is unimodal in ``log(alpha - 1)``; golden-section search on a bracketing grid.
+    """
+    log_delta = math.log(delta)
+
+    def f(u: float) -> float:
+        a = 1.0 + math.exp(u)
+        return rho * a + math.log1p(-1.0 / a) - (log_delta + math.log(a)) / (a - 1.0)
+
+    grid = [-12.0 + 0.25 * i for i in range(121)]  # alpha - 1 in [6e-6, 1.3e9]
+    vals = [f(u) for u in grid]
+    i = min(range(len(grid)), key=vals.__getitem__)
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    g = (math.sqrt(5) - 1) / 2
+    c, d = hi - g * (hi - lo), lo + g * (hi - lo)
+    fc, fd = f(c), f(d)
+    for _ in range(100):
+        if fc < fd:
+            hi, d, fd = d, c, fc
+            c = hi - g * (hi - lo)
+            fc = f(c)
+        else:
+            lo, c, fc = c, d, fd
+            d = lo + g * (hi - lo)
+            fd = f(d)
+    return max(0.0, min(fc, fd, vals[i]))
+
+
+def zcdp_to_approx_dp(rho: float, delta: float, method: str = "cks") -> ApproxDP:
+    """Convert rho-zCDP to (epsilon, delta)-DP.
+
+    Args:
+        rho: the zCDP parameter.
+        delta: target delta in (0, 1).
+        method: ``"bun-steinke"`` -- ``eps = rho + 2 sqrt(rho log(1/delta))`` (Bun & Steinke
+            2016, Prop 1.3); ``"cks"`` (default) -- the tighter conversion of Canonne, Kamath &
+            Steinke (2020, Prop 12), never worse than the first.
+    """
+    rho = float(rho)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must lie in (0, 1); got {delta}")
+    if not math.isfinite(rho):
+        return ApproxDP(_INF, delta)
+    if rho == 0:
+        return ApproxDP(0.0, 0.0)
+    simple = rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+    if method == "bun-steinke":
+        return ApproxDP(simple, delta)
+    if method == "cks":
+        return ApproxDP(min(simple, _cks_epsilon(rho, delta)), delta)
+    raise ValueError(f"method must be 'bun-steinke' or 'cks'; got {method!r}")
+
+
+def zcdp_for_approx_dp(epsilon: float, delta: float, method: str = "cks") -> ZCDP:
+    """The largest rho whose conversion (``method``) gives at most ``epsilon`` at ``delta``.
+
+    For ``"bun-steinke"`` this is the closed form ``(sqrt(log(1/delta) + eps) -
+    sqrt(log(1/delta)))^2`` (spec 002's ``eps~^2``); for ``"cks"`` a bisection.
+    """
+    if not math.isfinite(epsilon):
+        return ZCDP(_INF)
+    L = math.log(1.0 / delta)
+    closed = (math.sqrt(L + epsilon) - math.sqrt(L)) ** 2
+    if method == "bun-steinke":
+        return ZCDP(closed)
+    lo, hi = closed, max(closed * 4.0, 1e-12)
+    while zcdp_to_approx_dp(hi, delta, method).epsilon <= epsilon:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if zcdp_to_approx_dp(mid, delta, method).epsilon <= epsilon:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-14 * hi:
+            break
+    return ZCDP(lo)
+
+
+def _norm_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def gaussian_delta(mu: float, epsilon: float) -> float:
+    """Exact delta(epsilon) of a Gaussian mechanism with ``mu = Delta / sigma``.
+
+    Balle & Wang (2018), Thm 8: ``Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu)``. The
+    composition of T Gaussian mechanisms with ``mu_t`` is a Gaussian with
+    ``mu = sqrt(sum mu_t^2)``, so this is also the exact curve of a composed run.
+    """
+    if mu == 0:
+        return 0.0
+    if not math.isfinite(mu):
+        return 1.0
+    a = _norm_cdf(mu / 2 - epsilon / mu)
+    # e^eps Phi(-mu/2 - eps/mu), computed in log space for large eps.
+    z = -mu / 2 - epsilon / mu
+    tail = math.exp(epsilon + _log_norm_cdf(z)) if z > -38 else 0.0
+    return max(0.0, a - tail)
+
+
+def _log_norm_cdf(x: float) -> float:
+    if x > -30:
+        return math.log(_norm_cdf(x))
+    # Mills-ratio asymptotics for the far left tail.
+    return -0.5 * x * x - math.log(-x) - 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """The smallest epsilon with :func:`gaussian_delta` ``(mu, epsilon) <= delta`` (bisection)."""
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must lie in (0, 1); got {delta}")
+    if mu == 0:
+        return 0.0
+    if not math.isfinite(mu):
+        return _INF
+    if gaussian_delta(mu, 0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while gaussian_delta(mu, hi) > delta:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if gaussian_delta(mu, mid) > delta:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * max(hi, 1.0):
+            break
+    return hi
+
+
+# --------------------------------------------------------------------------------------------
+# The ledger
+# --------------------------------------------------------------------------------------------
+
+MechanismKind = Literal["laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht", "none"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """One privatised release (possibly repeated ``count`` times, e.g. once per iteration).
+
+    Attributes:
+        mechanism: ``"laplace"``, ``"gaussian-classic"``, ``"gaussian-zcdp"``,
+            ``"noisy-ht"``, or ``"none"`` (a non-private release: no guarantee).
+        statistic: what is released, in words/math.
+        sensitivity: the declared sensitivity the noise is calibrated from, as a formula.
+        norm: the norm of the sensitivity.
+        multiplier: noise scale per unit of declared sensitivity (Laplace b/Delta or Gaussian
+            sigma/Delta); 0 means no noise.
+        count: how many times the release is made.
+        data: which records each release touches (``"disjoint batch"``, ``"full data"``, ...).
+        delta: the delta of a classic-Gaussian or NoisyHT release (the one its calibration used).
+        s: the number of released coordinates (NoisyHT).
+        log_constant: the ``c`` of ``log(c/delta)`` (classic Gaussian).
+        sensitivity_ratio: true / declared sensitivity (>= 1 for an under-noised paper-literal
+            variant; ``inf`` if unbounded). The delivered budget uses the true sensitivity.
+        noise: the noise scale as a formula, for the record.
+    """
+
+    mechanism: MechanismKind
+    statistic: str
+    sensitivity: str
+    norm: str
+    multiplier: float
+    count: int = 1
+    data: str = "full data"
+    delta: float = 0.0
+    s: int = 1
+    log_constant: float = 1.25
+    sensitivity_ratio: float = 1.0
+    noise: str = ""
+
+    def delivered(self) -> Budget:
+        """The budget one release actually delivers, from its true sensitivity and its noise."""
+        r, m = float(self.sensitivity_ratio), float(self.multiplier)
+        if self.mechanism == "none":
+            return ApproxDP(_INF, 0.0)
+        if self.mechanism == "gaussian-zcdp":
+            if m == 0 or not math.isfinite(r):
+                return ZCDP(_INF)
+            return ZCDP(r * r / (2.0 * m * m))
+        if m == 0 or not math.isfinite(r):
+            return ApproxDP(_INF, self.delta)
+        if self.mechanism == "laplace":
+            return ApproxDP(r / m, 0.0)
+        if self.mechanism == "noisy-ht":
+            return ApproxDP(r * 2.0 * math.sqrt(3.0 * self.s * math.log(1.0 / self.delta)) / m,
+                            self.delta)
+        if self.mechanism == "gaussian-classic":
+            return ApproxDP(
+                r * math.sqrt(2.0 * math.log(self.log_constant / self.delta)) / m, self.delta
+            )
+        raise ValueError(f"unknown mechanism {self.mechanism!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["multiplier"] = _json_float(self.multiplier)
+        out["sensitivity_ratio"] = _json_float(self.sensitivity_ratio)
+        out["delivered_per_release"] = self.delivered().to_dict()
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Ledger:
+    """What a run did to the data and the guarantee it actually delivers.
+
+    Build with :meth:`build`; the ``guarantee`` is computed, never entered by hand.
+
+    Attributes:
+        estimator: the estimator's name.
+        variant: ``"corrected"`` (the default, private) or a ``"paper-literal: ..."`` label.
+        relation: the neighbouring relation (``"replace-one"`` unless stated).
+        composition: ``"parallel"`` (disjoint batches), ``"basic"`` or ``"zcdp"``.
+        releases: the releases.
+        guarantee: the delivered guarantee (``ApproxDP`` or ``ZCDP``).
+        approx_dp: the delivered (epsilon, delta) (for zCDP, via the stated conversion).
+        requested: the budget the user asked for.
+        notes: free-text caveats (validity ranges, deviations from the paper).
+    """
+
+    estimator: str
+    variant: str
+    relation: str
+    composition: str
+    releases: tuple[Release, ...]
+    guarantee: Budget
+    approx_dp: ApproxDP
+    requested: Budget | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def is_private(self) -> bool:
+        return self.approx_dp.is_private
+
+    @classmethod
+    def build(
+        cls,
+        estimator: str,
+        releases: Sequence[Release],
+        composition: Literal["parallel", "basic", "zcdp"],
+        *,
+        variant: str = "corrected",
+        relation: str = "replace-one",
+        requested: Budget | None = None,
+        delta: float | None = None,
+        conversion: str = "cks",
+        notes: Sequence[str] = (),
+    ) -> Ledger:
+        """Compose the releases by ``composition`` and record the delivered guarantee.
+
+        ``delta`` is the target delta of a zCDP -> (eps, delta) conversion.
+        """
+        rel = tuple(releases)
+        if not rel:
+            raise ValueError("a ledger needs at least one release")
+        per = [(r.delivered(), r.count) for r in rel]
+        notes = tuple(notes)
+        if composition == "zcdp":
+            rhos = []
+            for b, k in per:
+                zb = b if isinstance(b, ZCDP) else _approx_to_zcdp(b)
+                rhos.append(ZCDP(zb.rho * k))
+            guarantee: Budget = compose_zcdp(rhos)
+            if delta is None:
+                raise ValueError("composition='zcdp' needs the target delta for the conversion")
+            approx = zcdp_to_approx_dp(guarantee.rho, delta, method=conversion)
+            notes += (f"(epsilon, delta) from rho-zCDP by the {conversion!r} conversion",)
+        else:
+            if any(isinstance(b, ZCDP) for b, _ in per):
+                raise ValueError("zCDP releases need composition='zcdp'")
+            if composition == "basic":
+                guarantee = compose_basic([b for b, k in per for _ in range(k)])
+            elif composition == "parallel":
+                guarantee = compose_parallel([b for b, _ in per])
+            else:
+                raise ValueError(
+                    f"composition must be 'parallel', 'basic' or 'zcdp'; got {composition!r}"
+                )
+            approx = guarantee
+        return cls(estimator, variant, relation, composition, rel, guarantee, approx,
+                   requested, notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "estimator": self.estimator,
+            "variant": self.variant,
+            "relation": self.relation,
+            "composition": self.composition,
+            "is_private": self.is_private,
+            "guarantee": self.guarantee.to_dict(),
+            "approx_dp": self.approx_dp.to_dict(),
+            "requested": None if self.requested is None else self.requested.to_dict(),
+            "releases": [r.to_dict() for r in self.releases],
+            "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        lines = [
+            f"privacy ledger: {self.estimator} [{self.variant}]",
+            f"  neighbouring relation: {self.relation}",
+        ]
+        for r in self.releases:
+            lines.append(
+                f"  release x{r.count} ({r.data}): {r.mechanism} on {r.statistic}; "
+                f"{r.norm} sensitivity {r.sensitivity}"
+                + (f" (true/declared = {r.sensitivity_ratio:g})" if r.sensitivity_ratio != 1
+                   else "")
+                + f"; noise {r.noise or f'{r.multiplier:.6g} x sensitivity'}; "
+                f"each {r.delivered()}"
+            )
+        lines.append(f"  composition: {self.composition}")
+        if self.requested is not None:
+            lines.append(f"  requested: {self.requested}")
+        delivered = str(self.guarantee)
+        if isinstance(self.guarantee, ZCDP) and self.guarantee.is_private:
+            delivered += f" => {self.approx_dp}"
+        lines.append(f"  delivered: {delivered}")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+def _approx_to_zcdp(b: ApproxDP) -> ZCDP:
+    if b.delta > 0:
+        raise ValueError(
+            "an (eps, delta>0) release cannot enter zCDP composition; use a pure-DP or "
+            "Gaussian-zCDP mechanism"
+        )
+    return pure_to_zcdp(b.epsilon)

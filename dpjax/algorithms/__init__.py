@@ -1,0 +1,5 @@
+"""Estimators, one module per paper family (init / step / run, plus a ``fit`` convenience API)."""
+
+from dpjax.algorithms import dp_em
+
+__all__ = ["dp_em"]

@@ -1,0 +1,411 @@
+r"""Differentially private EM (Zhang & Zhang; spec 000), one generic step for every model.
+
+The generic iteration (spec 000 Alg 2 / Alg 4) on batch ``B_t`` of ``n0 = floor(n / N0)``
+records, disjoint across iterations:
+
+.. math::
+
+    \beta^{t+0.5} = \beta^t + \eta\, f_T(\nabla Q_{n_0}(\beta^t; \beta^t)), \qquad
+    \beta^{t+1} = \mathcal{P}(\beta^{t+0.5}),
+
+where the model supplies the truncated statistic ``f_T`` *with* its l-infinity replace-one
+sensitivity ``lambda_t`` (a :class:`~dpjax.mechanisms.BoundedStatistic`), and the privatiser
+``P`` is
+
+* ``"noisy-ht"`` -- NoisyHT / peeling with ``s_hat`` coordinates and Laplace scale
+  ``lambda_t 2 sqrt(3 s_hat log(1/delta)) / epsilon`` (high-dimensional Algs 2, 3, 5, 6);
+* ``"gaussian"`` -- the classic Gaussian mechanism with ``Delta_2 = sqrt(d) lambda_t``
+  (low-dimensional Algs 4, 7, 8);
+* ``"top-s"`` / ``"none"`` -- the non-private twins (truncated EM of Wang et al. 2015 and
+  gradient EM of Balakrishnan et al. 2017) on the *unclipped* gradient, with or without sample
+  splitting.
+
+Privacy (replace-one): each iteration is (epsilon, delta)-DP with respect to its own batch given
+the previous (public) iterate, and the batches are disjoint, so the whole run is
+(epsilon, delta)-DP by adaptive parallel composition (spec 000 Lemma 3.3). The budget is not
+divided by ``N0``. ``beta0`` must not depend on the data.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate
+from dpjax.accounting import ApproxDP, Ledger, Release
+from dpjax.base import Estimator, as_key, batch_size, run
+from dpjax.mechanisms import (
+    gaussian_mechanism,
+    gaussian_multiplier_classic,
+    gaussian_sigma_classic,
+    hard_threshold,
+    noisy_hard_threshold,
+    peeling_multiplier,
+    peeling_scale,
+)
+
+__all__ = [
+    "DPEMHyperparams",
+    "DPEMInfo",
+    "DPEMState",
+    "FitResult",
+    "default_hparams",
+    "default_num_iterations",
+    "default_truncation",
+    "fit_hd_dp_em",
+    "fit_ld_dp_em",
+    "gradient_em",
+    "hd_dp_em",
+    "ld_dp_em",
+    "truncated_em",
+]
+
+Privatiser = Literal["noisy-ht", "gaussian", "top-s", "none"]
+
+
+class DPEMHyperparams(NamedTuple):
+    """Swept hyperparameters (arrays; a study may ``vmap`` over any of them)."""
+
+    epsilon: jax.Array  # () budget of the whole run (each iteration spends it on its own batch)
+    delta: jax.Array  # ()
+    eta: jax.Array  # () step size
+    truncation: jax.Array  # () truncation level T (inf: none; only with epsilon = inf)
+
+
+class DPEMState(NamedTuple):
+    beta: jax.Array  # (d,) current iterate
+
+
+class DPEMInfo(NamedTuple):
+    noise_scale: jax.Array  # () Laplace scale (noisy-ht) or Gaussian sigma (gaussian); 0 if none
+    support: jax.Array  # (s_hat,) int32 selected coordinates; (0,) for the low-dim privatisers
+
+
+def default_num_iterations(n: int) -> int:
+    """``N0 = ceil(log n)`` (spec 000 §7 A5)."""
+    return max(1, math.ceil(math.log(n)))
+
+
+def default_truncation(n: int) -> float:
+    """``T = sqrt(log n)`` (spec 000 §7 A5, ``c_T = 1``)."""
+    return math.sqrt(math.log(n))
+
+
+def default_hparams(
+    n: int,
+    epsilon: Any,
+    delta: Any = None,
+    eta: Any = 0.5,
+    truncation: Any = None,
+) -> DPEMHyperparams:
+    """Hyperparameters with the spec-000 defaults: ``delta = 1/(2n)``, ``T = sqrt(log n)``.
+
+    Values are NumPy arrays (they broadcast, so a grid of privacy levels is fine).
+    """
+    delta = 1.0 / (2.0 * n) if delta is None else delta
+    truncation = default_truncation(n) if truncation is None else truncation
+    b = np.broadcast_arrays(
+        *(np.asarray(v, dtype=np.float64) for v in (epsilon, delta, eta, truncation))
+    )
+    return DPEMHyperparams(*(x.astype(np.float32) for x in b))
+
+
+# --------------------------------------------------------------------------------------------
+# The generic step
+# --------------------------------------------------------------------------------------------
+
+
+def _make_step(model: Any, privatiser: Privatiser, s_hat: int | None):
+    def step(key, state: DPEMState, batch, hp: DPEMHyperparams):
+        beta = state.beta
+        zero = jnp.zeros((), beta.dtype)
+        if privatiser in ("noisy-ht", "gaussian"):
+            stat = model.truncated_gradient(beta, batch, hp.truncation)
+            stat = stat.scale(hp.eta).shift(beta)  # beta^{t+0.5}, lambda_t = eta * sens(f_T)
+            if privatiser == "noisy-ht":
+                peeled = noisy_hard_threshold(key, stat, s_hat, hp.epsilon, hp.delta)
+                scale = peeling_scale(stat.sensitivity, s_hat, hp.epsilon, hp.delta)
+                return DPEMState(peeled.value), DPEMInfo(scale.astype(beta.dtype), peeled.support)
+            stat2 = stat.in_norm("l2")  # Delta_2 = sqrt(d) * Delta_inf, as the paper prints
+            new = gaussian_mechanism(key, stat2, hp.epsilon, hp.delta)
+            sigma = gaussian_sigma_classic(stat2.sensitivity, hp.epsilon, hp.delta)
+            return DPEMState(new), DPEMInfo(sigma.astype(beta.dtype), jnp.zeros((0,), jnp.int32))
+        del key  # non-private: no randomness
+        half = beta + hp.eta * model.gradient(beta, batch)
+        if privatiser == "top-s":
+            peeled = hard_threshold(half, s_hat)
+            return DPEMState(peeled.value), DPEMInfo(zero, peeled.support)
+        return DPEMState(half), DPEMInfo(zero, jnp.zeros((0,), jnp.int32))
+
+    return step
+
+
+def _init(beta0: Any) -> DPEMState:
+    return DPEMState(jnp.asarray(beta0, dtype=jnp.result_type(float)))
+
+
+_NAMES = {
+    "noisy-ht": "hd-dp-em",
+    "gaussian": "ld-dp-em",
+    "top-s": "truncated-em",
+    "none": "gradient-em",
+}
+
+
+@functools.lru_cache(maxsize=512)
+def _build(
+    model: Any,
+    privatiser: Privatiser,
+    num_iterations: int,
+    s_hat: int | None,
+    batching: Literal["disjoint", "full"],
+) -> Estimator:
+    _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    if privatiser in ("noisy-ht", "top-s"):
+        _validate.check_int_in_range(s_hat, "s_hat", 1)
+    if privatiser in ("noisy-ht", "gaussian") and batching != "disjoint":
+        raise ValueError("the private DP-EM algorithms need sample splitting (disjoint batches)")
+    name = f"{_NAMES[privatiser]}/{model.name}"
+    ledger_fn = functools.partial(
+        _ledger, name, model, privatiser, num_iterations, s_hat, batching
+    )
+    return Estimator(
+        name, _init, _make_step(model, privatiser, s_hat), num_iterations, batching, ledger_fn
+    )
+
+
+def hd_dp_em(model: Any, s_hat: int, num_iterations: int) -> Estimator:
+    """High-dimensional DP-EM with NoisyHT (spec 000 Alg 2; Alg 3/5/6 by ``model``).
+
+    Args:
+        model: a model with ``truncated_gradient`` (e.g.
+            :class:`~dpjax.models.gmm.GaussianMixture`); hashable, bound statically.
+        s_hat: the number of coordinates kept each iteration (static).
+        num_iterations: ``N0``, also the number of disjoint batches (static).
+    """
+    return _build(model, "noisy-ht", num_iterations, s_hat, "disjoint")
+
+
+def ld_dp_em(model: Any, num_iterations: int) -> Estimator:
+    """Low-dimensional DP-EM with the classic Gaussian mechanism (spec 000 Alg 4/7/8)."""
+    return _build(model, "gaussian", num_iterations, None, "disjoint")
+
+
+def truncated_em(
+    model: Any, s_hat: int, num_iterations: int, sample_splitting: bool = True
+) -> Estimator:
+    """Non-private truncated (top-``s_hat``) gradient EM of Wang et al. (2015), no clipping."""
+    return _build(model, "top-s", num_iterations, s_hat, "disjoint" if sample_splitting else "full")
+
+
+def gradient_em(model: Any, num_iterations: int, sample_splitting: bool = True) -> Estimator:
+    """Non-private gradient EM of Balakrishnan et al. (2017), no clipping."""
+    return _build(model, "none", num_iterations, None, "disjoint" if sample_splitting else "full")
+
+
+# --------------------------------------------------------------------------------------------
+# Ledger
+# --------------------------------------------------------------------------------------------
+
+
+def _ledger(
+    name: str,
+    model: Any,
+    privatiser: Privatiser,
+    N0: int,
+    s_hat: int | None,
+    batching: str,
+    n: int,
+    hparams: DPEMHyperparams,
+) -> Ledger:
+    """The privacy ledger of one run (one privacy level) on ``n`` records."""
+    eps = float(np.asarray(hparams.epsilon))
+    delta = float(np.asarray(hparams.delta))
+    eta = float(np.asarray(hparams.eta))
+    t_level = float(np.asarray(hparams.truncation))
+    n0 = batch_size(n, N0) if batching == "disjoint" else n
+    notes = [
+        f"n = {n}, N0 = {N0}, n0 = {n0}" + (
+            f" (= floor(n/N0)); {n - n0 * N0} records unused" if batching == "disjoint" else ""
+        ),
+        f"eta = {eta:g}, T = {t_level:g}",
+    ]
+    if privatiser in ("top-s", "none"):
+        release = Release(
+            "none", "beta^t + eta*grad Q(beta^t; beta^t) (no clipping, no noise)",
+            "unbounded", "linf", 0.0, count=N0, data=f"batches of {n0} records",
+        )
+        notes.append("non-private baseline")
+        return Ledger.build(name, [release], "parallel", variant="non-private", notes=notes)
+
+    variant = getattr(model, "variant", "corrected")
+    ratio = float(model.sensitivity_ratio(t_level)) if hasattr(model, "sensitivity_ratio") else 1.0
+    # lambda_t is read off the model's own statistic, evaluated on a (data-free) dummy batch.
+    lam = _statistic_sensitivity(model, n0, t_level) * eta
+    formula = f"eta*({model.sensitivity_formula})"
+    if getattr(model, "sensitivity_depends_on_beta", False):
+        sens_text = f"{formula} (= {lam:.6g} + eta*||beta^t||_inf/n0 terms)"
+    else:
+        sens_text = f"{formula} = {lam:.6g}"
+    statistic = "beta^t + eta*f_T(grad Q_n0(beta^t; beta^t)) on batch t"
+    common = dict(count=N0, data=f"disjoint batch of n0 = {n0} records", delta=delta,
+                  sensitivity_ratio=ratio)
+    if privatiser == "noisy-ht":
+        release = Release(
+            "noisy-ht", statistic, sens_text, "linf", float(peeling_multiplier(s_hat, eps, delta)),
+            s=s_hat, noise=f"Laplace, b = lambda_t*2*sqrt(3*{s_hat}*log(1/delta))/epsilon",
+            **common,
+        )
+    else:
+        release = Release(
+            "gaussian-classic", statistic, f"sqrt(d)*{sens_text}", "l2",
+            float(gaussian_multiplier_classic(eps, delta)),
+            noise="Gaussian, sigma = sqrt(d)*lambda_t*sqrt(2*log(1.25/delta))/epsilon", **common,
+        )
+        if math.isfinite(eps) and eps > 1:
+            notes.append("classic Gaussian calibration with epsilon > 1 is outside its proof")
+    if getattr(model, "weights", "exact") == "paper":
+        variant = "paper-literal posterior weights (spec 000 A1: biased, still DP)"
+    return Ledger.build(
+        name, [release], "parallel", variant=variant, requested=ApproxDP(eps, delta),
+        notes=notes,
+    )
+
+
+def _statistic_sensitivity(model: Any, n0: int, truncation: float) -> float:
+    dummy = model.dummy_batch(n0, 1)
+    stat = model.truncated_gradient(jnp.zeros((1,)), dummy, jnp.asarray(truncation))
+    return float(stat.sensitivity)
+
+
+# --------------------------------------------------------------------------------------------
+# The convenience API
+# --------------------------------------------------------------------------------------------
+
+
+class FitResult(NamedTuple):
+    """The result of a single fit."""
+
+    estimate: np.ndarray  # (d,) the final iterate beta^{N0}
+    trace: np.ndarray  # (N0, d) the iterates beta^1 .. beta^{N0}
+    ledger: Ledger  # what was released and the guarantee delivered
+    hparams: DPEMHyperparams  # the hyperparameters used
+
+
+_run_jit = jax.jit(run, static_argnames=("estimator", "record"))
+
+
+def _fit(
+    privatiser: Privatiser,
+    key: Any,
+    data: Any,
+    model: Any,
+    *,
+    beta0: Any,
+    epsilon: Any,
+    delta: Any,
+    eta: Any,
+    truncation: Any,
+    num_iterations: int | None,
+    s_hat: int | None,
+) -> FitResult:
+    key = as_key(key)
+    data = model.validate_data(data)
+    n, d = model.num_records(data), model.dim(data)
+    N0 = default_num_iterations(n) if num_iterations is None else num_iterations
+    N0 = _validate.check_int_in_range(N0, "num_iterations (N0)", 1, n)
+    eps = _validate.check_epsilon(epsilon)
+    if eps.ndim:
+        raise ValueError("epsilon must be a scalar for a single fit; use dpjax.sweep for grids")
+    delta = 1.0 / (2.0 * n) if delta is None else delta
+    _validate.check_delta(delta)
+    _validate.check_positive(eta, "eta")
+    truncation = default_truncation(n) if truncation is None else truncation
+    _validate.check_truncation(truncation, eps)
+    beta0 = _validate.check_array(beta0, "beta0", shape=(d,))
+    if privatiser == "noisy-ht":
+        s_hat = _validate.check_int_in_range(s_hat, "s_hat", 1, d)
+        nnz = int(np.count_nonzero(beta0))
+        if nnz > s_hat:
+            raise ValueError(f"beta0 must have at most s_hat = {s_hat} non-zeros; it has {nnz}")
+        estimator = hd_dp_em(model, s_hat, N0)
+    else:
+        estimator = ld_dp_em(model, N0)
+        _validate.warn_classic_gaussian(eps, stacklevel=4)
+    if float(delta) >= 1.0 / n:
+        warnings.warn(
+            f"delta = {float(delta):g} >= 1/n = {1.0 / n:g}: such a delta permits releasing a "
+            "record outright; the usual choice is delta = 1/(2n) or smaller",
+            _validate.DPJaxWarning,
+            stacklevel=3,
+        )
+    hp = default_hparams(n, eps, delta, eta, truncation)
+    final, trace = _run_jit(
+        estimator, key, data, estimator.init(beta0), jax.tree_util.tree_map(jnp.asarray, hp)
+    )
+    estimate = np.asarray(final.beta)
+    if not np.isfinite(estimate).all():
+        raise FloatingPointError(
+            "the estimate is not finite; check the data scale, eta and the truncation level"
+        )
+    led = estimator.ledger(n, hp)
+    return FitResult(estimate, np.asarray(trace.beta), led, hp)
+
+
+def fit_hd_dp_em(
+    key: Any,
+    data: Any,
+    model: Any,
+    *,
+    s_hat: int,
+    beta0: Any,
+    epsilon: Any,
+    delta: Any = None,
+    eta: Any = 0.5,
+    truncation: Any = None,
+    num_iterations: int | None = None,
+) -> FitResult:
+    """Fit high-dimensional DP-EM (spec 000 Alg 2/3) to one data set.
+
+    Args:
+        key: PRNG key (or int seed) for the noise.
+        data: the model's data (e.g. :class:`~dpjax.models.gmm.GMMData` or an ``(n, d)`` array).
+        model: the statistical model, e.g. ``GaussianMixture(sigma=0.5)``.
+        s_hat: coordinates kept per iteration, ``1 <= s_hat <= d``.
+        beta0: data-independent initial value with at most ``s_hat`` non-zeros.
+        epsilon: in (0, inf]; inf gives the non-private limit with exactly zero noise.
+        delta: in (0, 1); default ``1/(2n)``.
+        eta: step size > 0 (default 0.5, the paper's experiments).
+        truncation: ``T`` in (0, inf]; default ``sqrt(log n)``; inf only with epsilon = inf.
+        num_iterations: ``N0`` in [1, n]; default ``ceil(log n)``.
+
+    Returns:
+        :class:`FitResult` with the estimate, the iterates, and the privacy ledger:
+        (epsilon, delta)-DP under replace-one adjacency.
+    """
+    return _fit("noisy-ht", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
+                eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=s_hat)
+
+
+def fit_ld_dp_em(
+    key: Any,
+    data: Any,
+    model: Any,
+    *,
+    beta0: Any,
+    epsilon: Any,
+    delta: Any = None,
+    eta: Any = 0.5,
+    truncation: Any = None,
+    num_iterations: int | None = None,
+) -> FitResult:
+    """Fit low-dimensional DP-EM (spec 000 Alg 4) to one data set; arguments as
+    :func:`fit_hd_dp_em` without ``s_hat``. Warns if epsilon > 1 (classic Gaussian)."""
+    return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
+                eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=None)

@@ -1,0 +1,149 @@
+r"""The estimator protocol and the ``lax.scan`` driver.
+
+An estimator is a pair of pure functions, as in blackjax and optax:
+
+* ``init(params0) -> State``
+* ``step(key, state, data, hparams) -> (State, Info)``
+
+The key comes first, is never stored in the state and never defaulted. Everything that fixes
+shapes or control flow (the model, the sparsity, the number of iterations, variant flags) is bound
+when the estimator is built; everything a study sweeps (epsilon, delta, rho, step size,
+truncation level) is an array field of ``hparams``, so ``vmap`` over privacy levels works and a
+new value never recompiles.
+
+:func:`run` threads ``step`` through :func:`jax.lax.scan`. Step ``t`` uses the key
+``fold_in(key, t)`` and, for estimators with one disjoint batch per iteration, batch ``t`` of the
+data (consecutive index blocks of size ``n0 = floor(n / num_steps)``; the remainder is unused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["Estimator", "InitFn", "StepFn", "as_key", "batch_size", "run", "split_batches"]
+
+PyTree = Any
+
+
+class InitFn(Protocol):
+    def __call__(self, params0: jax.Array) -> PyTree:
+        """Build the initial state from a data-independent starting value."""
+
+
+class StepFn(Protocol):
+    def __call__(
+        self, key: jax.Array, state: PyTree, data: PyTree, hparams: PyTree
+    ) -> tuple[PyTree, PyTree]:
+        """One iteration: ``(key, state, data, hparams) -> (new_state, info)``.
+
+        ``data`` is the iteration's batch (``batching == "disjoint"``) or the whole data set
+        (``batching == "full"``).
+        """
+
+
+class Estimator(NamedTuple):
+    """An iterative (private) estimator: ``init`` and ``step`` plus static facts about it.
+
+    Attributes:
+        name: a short name, used in ledgers and results.
+        init: see :class:`InitFn`.
+        step: see :class:`StepFn`.
+        num_steps: the number of iterations (static).
+        batching: ``"disjoint"`` -- iteration ``t`` sees only batch ``t`` of ``num_steps``
+            disjoint batches (sample splitting); ``"full"`` -- every iteration sees all data.
+        ledger: host function ``ledger(n, hparams) -> Ledger`` giving the privacy ledger of one
+            run on ``n`` records with one privacy level's (scalar) ``hparams``.
+    """
+
+    name: str
+    init: InitFn
+    step: StepFn
+    num_steps: int
+    batching: Literal["disjoint", "full"]
+    ledger: Callable[[int, PyTree], Any] | None = None
+
+
+def as_key(key: Any) -> jax.Array:
+    """Accept a typed key (``jax.random.key``), a raw ``uint32[2]`` key, or an int seed."""
+    if isinstance(key, (int,)) and not isinstance(key, bool):
+        return jax.random.key(key)
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
+        return jax.random.wrap_key_data(key)
+    raise TypeError(
+        "key must be a jax.random.key(...), a raw uint32[2] PRNG key, or an int seed; got "
+        f"{type(key).__name__}"
+    )
+
+
+def batch_size(n: int, num_batches: int) -> int:
+    """``n0 = floor(n / num_batches)``: the public batch size of sample splitting."""
+    return n // num_batches
+
+
+def split_batches(data: PyTree, num_batches: int) -> PyTree:
+    """Reshape every leaf ``(n, ...)`` to ``(num_batches, n0, ...)``, dropping the remainder.
+
+    The partition is into consecutive index blocks, which does not depend on the data values
+    (shuffle rows with a public permutation beforehand if the order is informative).
+    """
+    leaves = jax.tree_util.tree_leaves(data)
+    n = leaves[0].shape[0]
+    if any(leaf.shape[0] != n for leaf in leaves):
+        raise ValueError("all data leaves must have the same number of rows")
+    n0 = batch_size(n, num_batches)
+    if n0 < 1:
+        raise ValueError(f"num_batches = {num_batches} exceeds the number of records n = {n}")
+    return jax.tree_util.tree_map(
+        lambda x: x[: n0 * num_batches].reshape((num_batches, n0) + x.shape[1:]), data
+    )
+
+
+def _default_record(state: PyTree, info: PyTree) -> PyTree:
+    del info
+    return state
+
+
+def run(
+    estimator: Estimator,
+    key: jax.Array,
+    data: PyTree,
+    state: PyTree,
+    hparams: PyTree,
+    record: Callable[[PyTree, PyTree], PyTree] | None = None,
+) -> tuple[PyTree, PyTree]:
+    """Run ``estimator.num_steps`` iterations with ``lax.scan``.
+
+    Args:
+        estimator: the estimator.
+        key: the run's key; step ``t`` uses ``fold_in(key, t)``.
+        data: the data set, leaves with ``n`` rows.
+        state: the initial state (``estimator.init(params0)``).
+        hparams: the (array) hyperparameters.
+        record: ``record(state_after_step, info) -> pytree`` chooses what is kept per iteration
+            (keep it small in sweeps: e.g. the error). Defaults to the whole state.
+
+    Returns:
+        ``(final_state, trace)``; the leaves of ``trace`` have a leading axis ``num_steps``.
+    """
+    record = record or _default_record
+    steps = jnp.arange(estimator.num_steps)
+    if estimator.batching == "disjoint":
+        xs = (steps, split_batches(data, estimator.num_steps))
+    elif estimator.batching == "full":
+        xs = (steps, None)
+    else:
+        raise ValueError(f"unknown batching {estimator.batching!r}")
+
+    def body(carry, x):
+        t, batch = x
+        batch = data if batch is None else batch
+        new_state, info = estimator.step(jax.random.fold_in(key, t), carry, batch, hparams)
+        return new_state, record(new_state, info)
+
+    return jax.lax.scan(body, state, xs)

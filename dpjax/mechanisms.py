@@ -1,0 +1,386 @@
+r"""Noise mechanisms, clipping, and calibration from (sensitivity, budget) to a noise scale.
+
+Every privatised quantity in dpjax is a :class:`BoundedStatistic`: a value together with its
+sensitivity, the norm the sensitivity is measured in, and the neighbouring relation. The
+mechanisms below take a ``BoundedStatistic`` and calibrate their noise from *its* sensitivity
+only, so a noise scale can never be computed from a constant retyped at a call site, and a
+mechanism refuses a statistic whose sensitivity is in the wrong norm.
+
+All functions here are pure, draw randomness only from an explicit key, and are safe under
+``jit`` and ``vmap``: privacy levels (``epsilon``, ``delta``, ``rho``) are array arguments, so a
+study can ``vmap`` over them. ``epsilon = inf`` (or ``rho = inf``) gives exactly zero noise, never
+``inf * 0 = nan``.
+
+Calibrations (all scale parametrisations; ``log`` is natural):
+
+=====================  =====================================================  ============
+mechanism               noise per coordinate                                  guarantee
+=====================  =====================================================  ============
+Laplace                 ``b = Delta_1 / epsilon``                             (eps, 0)
+classic Gaussian        ``sigma = Delta_2 sqrt(2 log(c/delta)) / epsilon``,   (eps, delta),
+                        ``c = 1.25`` (Dwork & Roth Thm A.1)                   eps <= 1
+zCDP Gaussian           ``sigma = Delta_2 / sqrt(2 rho)``                     rho-zCDP
+NoisyHT / peeling       ``b = Delta_inf * 2 sqrt(3 s log(1/delta)) / epsilon`` (eps, delta)
+=====================  =====================================================  ============
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "NORMS",
+    "BoundedStatistic",
+    "Peeled",
+    "bounded_mean",
+    "bounded_sum",
+    "clip_l2",
+    "clip_linf",
+    "gaussian_mechanism",
+    "gaussian_mechanism_zcdp",
+    "gaussian_multiplier_classic",
+    "gaussian_multiplier_zcdp",
+    "gaussian_noise",
+    "gaussian_sigma_classic",
+    "gaussian_sigma_zcdp",
+    "hard_threshold",
+    "laplace_mechanism",
+    "laplace_multiplier",
+    "laplace_noise",
+    "laplace_scale",
+    "noise_scale",
+    "noisy_hard_threshold",
+    "peeling_multiplier",
+    "peeling_scale",
+]
+
+Norm = Literal["l1", "l2", "linf"]
+NORMS: tuple[str, ...] = ("l1", "l2", "linf")
+RELATIONS: tuple[str, ...] = ("replace-one", "add-remove", "local")
+
+
+# --------------------------------------------------------------------------------------------
+# The statistic that carries its sensitivity
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundedStatistic:
+    """A statistic together with its sensitivity.
+
+    Attributes:
+        value: the statistic, any shape.
+        sensitivity: scalar; ``sup ||value(X) - value(X')||_norm`` over neighbouring data sets
+            ``X ~ X'`` under ``relation``. It may be a traced array (it can depend on public
+            quantities such as a step size or a previous private iterate), but never on the data.
+        norm: ``"l1"``, ``"l2"`` or ``"linf"`` (static).
+        relation: the neighbouring relation, ``"replace-one"`` (default: data sets of the same
+            size differing in one record), ``"add-remove"``, or ``"local"`` (the value is one
+            record's contribution and the sensitivity bounds its range, for local DP).
+    """
+
+    value: jax.Array
+    sensitivity: jax.Array
+    norm: str = "linf"
+    relation: str = "replace-one"
+
+    def __post_init__(self) -> None:
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}; got {self.norm!r}")
+        if self.relation not in RELATIONS:
+            raise ValueError(f"relation must be one of {RELATIONS}; got {self.relation!r}")
+
+    def scale(self, c: Any) -> BoundedStatistic:
+        """Multiply by a public constant ``c``: the sensitivity scales by ``|c|``."""
+        return BoundedStatistic(
+            self.value * c, self.sensitivity * jnp.abs(c), self.norm, self.relation
+        )
+
+    def shift(self, public: Any) -> BoundedStatistic:
+        """Add a data-independent term; the sensitivity is unchanged.
+
+        ``public`` must not depend on the private data (a previous private release, the step
+        size, the iterate: all fine).
+        """
+        return BoundedStatistic(self.value + public, self.sensitivity, self.norm, self.relation)
+
+    def in_norm(self, norm: Norm) -> BoundedStatistic:
+        """Re-express the sensitivity in another norm through a valid norm inequality.
+
+        With ``k`` the number of entries of ``value``: ``||v||_2 <= sqrt(k) ||v||_inf``,
+        ``||v||_1 <= k ||v||_inf``, ``||v||_1 <= sqrt(k) ||v||_2``, and ``||v||_inf <= ||v||_2
+        <= ||v||_1``. (Spec 000 Algs 4, 7, 8 use ``Delta_2 = sqrt(d) Delta_inf``.)
+        """
+        if norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}; got {norm!r}")
+        k = float(np.prod(jnp.shape(self.value))) if jnp.ndim(self.value) else 1.0
+        factor = {
+            ("linf", "linf"): 1.0, ("l2", "l2"): 1.0, ("l1", "l1"): 1.0,
+            ("linf", "l2"): float(np.sqrt(k)), ("linf", "l1"): k,
+            ("l2", "l1"): float(np.sqrt(k)), ("l2", "linf"): 1.0,
+            ("l1", "l2"): 1.0, ("l1", "linf"): 1.0,
+        }[(self.norm, norm)]
+        return BoundedStatistic(self.value, self.sensitivity * factor, norm, self.relation)
+
+
+jax.tree_util.register_dataclass(
+    BoundedStatistic, data_fields=["value", "sensitivity"], meta_fields=["norm", "relation"]
+)
+
+
+def bounded_sum(terms: jax.Array, diameter: Any, norm: Norm) -> BoundedStatistic:
+    """Sum per-record terms (records on axis 0) under replace-one adjacency.
+
+    Args:
+        terms: ``(n, ...)`` per-record contributions.
+        diameter: ``sup ||t(r) - t(r')||_norm`` over any two admissible records ``r, r'``:
+            replacing one record moves the sum by at most this much. For terms clipped to a
+            ball of radius ``C`` it is ``2 C``.
+        norm: the norm of ``diameter``.
+    """
+    return BoundedStatistic(jnp.sum(terms, axis=0), jnp.asarray(diameter), norm, "replace-one")
+
+
+def bounded_mean(terms: jax.Array, diameter: Any, norm: Norm) -> BoundedStatistic:
+    """The sum of :func:`bounded_sum` divided by the public count ``terms.shape[0]``.
+
+    The divisor is a shape, so it is public and data-independent (privatise sums, divide by
+    public constants); the sensitivity is ``diameter / n``.
+    """
+    n = terms.shape[0]
+    return bounded_sum(terms, diameter, norm).scale(1.0 / n)
+
+
+# --------------------------------------------------------------------------------------------
+# Clipping
+# --------------------------------------------------------------------------------------------
+
+
+def clip_linf(x: jax.Array, bound: Any) -> jax.Array:
+    """Coordinate-wise projection onto ``[-bound, bound]`` (the papers' ``Pi_T``); inf: no-op."""
+    return jnp.clip(x, -bound, bound)
+
+
+def clip_l2(x: jax.Array, bound: Any, axis: int | tuple[int, ...] = -1) -> jax.Array:
+    """Project onto the l2 ball of radius ``bound`` along ``axis`` (per record).
+
+    ``axis=(-2, -1)`` clips matrices in Frobenius norm. Zero rows stay zero; ``bound = inf`` is a
+    no-op.
+    """
+    norms = jnp.sqrt(jnp.sum(jnp.square(x), axis=axis, keepdims=True))
+    tiny = jnp.finfo(x.dtype).tiny
+    factor = jnp.minimum(1.0, bound / jnp.maximum(norms, tiny))
+    return x * factor.astype(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Calibration: noise scale = sensitivity x multiplier(budget)
+# --------------------------------------------------------------------------------------------
+
+
+def _is_host(*args: Any) -> bool:
+    return not any(isinstance(a, jax.Array) for a in args)
+
+
+def _xp(*args: Any):
+    return np if _is_host(*args) else jnp
+
+
+def laplace_multiplier(epsilon: Any) -> Any:
+    """Laplace scale per unit of l1 sensitivity: ``1 / epsilon`` (0 at epsilon = inf)."""
+    return 1.0 / _xp(epsilon).asarray(epsilon, dtype=float)
+
+
+def gaussian_multiplier_classic(epsilon: Any, delta: Any, log_constant: float = 1.25) -> Any:
+    """Classic Gaussian sigma per unit of l2 sensitivity: ``sqrt(2 log(c/delta)) / epsilon``.
+
+    Proven for epsilon <= 1 (Dwork & Roth 2014, Thm A.1); public entry points warn above that.
+    ``log_constant`` is ``c``: 1.25 in the classic statement; spec 003 prints 2.
+    """
+    xp = _xp(epsilon, delta)
+    return xp.sqrt(2.0 * xp.log(log_constant / xp.asarray(delta, dtype=float))) / xp.asarray(
+        epsilon, dtype=float
+    )
+
+
+def gaussian_multiplier_zcdp(rho: Any) -> Any:
+    """zCDP Gaussian sigma per unit of l2 sensitivity: ``1 / sqrt(2 rho)`` (Bun & Steinke 2016)."""
+    xp = _xp(rho)
+    return 1.0 / xp.sqrt(2.0 * xp.asarray(rho, dtype=float))
+
+
+def peeling_multiplier(s: int, epsilon: Any, delta: Any) -> Any:
+    """NoisyHT Laplace scale per unit of l-infinity sensitivity: ``2 sqrt(3 s log(1/delta)) / eps``.
+
+    Dwork, Su & Zhang (2018); spec 000 Alg 1, spec 003 Alg 3.
+    """
+    xp = _xp(epsilon, delta)
+    return 2.0 * xp.sqrt(3.0 * s * xp.log(1.0 / xp.asarray(delta, dtype=float))) / xp.asarray(
+        epsilon, dtype=float
+    )
+
+
+def noise_scale(sensitivity: Any, multiplier: Any) -> Any:
+    """``sensitivity * multiplier`` with ``0 * inf := 0`` (the epsilon = inf limit is exact)."""
+    xp = _xp(sensitivity, multiplier)
+    if xp is np:
+        with np.errstate(invalid="ignore"):
+            prod = np.asarray(sensitivity, dtype=float) * np.asarray(multiplier, dtype=float)
+        return np.where(np.asarray(multiplier) == 0, 0.0, prod)
+    sens = jnp.asarray(sensitivity)
+    mult = jnp.asarray(multiplier)
+    return jnp.where(mult == 0, jnp.zeros_like(sens * mult), sens * mult)
+
+
+def laplace_scale(sensitivity_l1: Any, epsilon: Any) -> Any:
+    """Laplace scale ``b = Delta_1 / epsilon`` for (epsilon, 0)-DP."""
+    return noise_scale(sensitivity_l1, laplace_multiplier(epsilon))
+
+
+def gaussian_sigma_classic(
+    sensitivity_l2: Any, epsilon: Any, delta: Any, log_constant: float = 1.25
+) -> Any:
+    """Classic Gaussian ``sigma = Delta_2 sqrt(2 log(c/delta)) / epsilon`` (valid for eps <= 1)."""
+    return noise_scale(sensitivity_l2, gaussian_multiplier_classic(epsilon, delta, log_constant))
+
+
+def gaussian_sigma_zcdp(sensitivity_l2: Any, rho: Any) -> Any:
+    """Gaussian ``sigma = Delta_2 / sqrt(2 rho)`` for rho-zCDP."""
+    return noise_scale(sensitivity_l2, gaussian_multiplier_zcdp(rho))
+
+
+def peeling_scale(sensitivity_linf: Any, s: int, epsilon: Any, delta: Any) -> Any:
+    """NoisyHT Laplace scale ``b = Delta_inf 2 sqrt(3 s log(1/delta)) / epsilon``."""
+    return noise_scale(sensitivity_linf, peeling_multiplier(s, epsilon, delta))
+
+
+# --------------------------------------------------------------------------------------------
+# Noise draws
+# --------------------------------------------------------------------------------------------
+
+
+def laplace_noise(key: jax.Array, shape: tuple[int, ...], scale: Any, dtype=jnp.float32):
+    """i.i.d. Laplace(0, scale) noise (density ``exp(-|x|/b)/(2b)``)."""
+    return jax.random.laplace(key, shape, dtype=dtype) * jnp.asarray(scale, dtype=dtype)
+
+
+def gaussian_noise(key: jax.Array, shape: tuple[int, ...], sigma: Any, dtype=jnp.float32):
+    """i.i.d. N(0, sigma^2) noise."""
+    return jax.random.normal(key, shape, dtype=dtype) * jnp.asarray(sigma, dtype=dtype)
+
+
+def _require_norm(stat: BoundedStatistic, norm: str, mechanism: str) -> None:
+    if not isinstance(stat, BoundedStatistic):
+        raise TypeError(
+            f"{mechanism} takes a BoundedStatistic (a value with its sensitivity); got "
+            f"{type(stat).__name__}. Build one with bounded_mean/bounded_sum."
+        )
+    if stat.norm != norm:
+        raise ValueError(
+            f"{mechanism} needs an {norm} sensitivity; the statistic's is in {stat.norm}. "
+            f"Use stat.in_norm({norm!r}) if a valid norm inequality applies."
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Mechanisms
+# --------------------------------------------------------------------------------------------
+
+
+def laplace_mechanism(key: jax.Array, stat: BoundedStatistic, epsilon: Any) -> jax.Array:
+    """Release ``stat.value + Laplace(Delta_1/epsilon)``: (epsilon, 0)-DP (``stat.relation``)."""
+    _require_norm(stat, "l1", "laplace_mechanism")
+    value = jnp.asarray(stat.value)
+    b = laplace_scale(stat.sensitivity, epsilon)
+    return value + laplace_noise(key, value.shape, b, value.dtype)
+
+
+def gaussian_mechanism(
+    key: jax.Array,
+    stat: BoundedStatistic,
+    epsilon: Any,
+    delta: Any,
+    log_constant: float = 1.25,
+) -> jax.Array:
+    """Classic Gaussian mechanism: (epsilon, delta)-DP for epsilon <= 1 under ``stat.relation``."""
+    _require_norm(stat, "l2", "gaussian_mechanism")
+    value = jnp.asarray(stat.value)
+    sigma = gaussian_sigma_classic(stat.sensitivity, epsilon, delta, log_constant)
+    return value + gaussian_noise(key, value.shape, sigma, value.dtype)
+
+
+def gaussian_mechanism_zcdp(key: jax.Array, stat: BoundedStatistic, rho: Any) -> jax.Array:
+    """Gaussian mechanism calibrated for rho-zCDP: ``sigma = Delta_2 / sqrt(2 rho)``."""
+    _require_norm(stat, "l2", "gaussian_mechanism_zcdp")
+    value = jnp.asarray(stat.value)
+    sigma = gaussian_sigma_zcdp(stat.sensitivity, rho)
+    return value + gaussian_noise(key, value.shape, sigma, value.dtype)
+
+
+class Peeled(NamedTuple):
+    """Output of (noisy) hard thresholding."""
+
+    value: jax.Array  # (d,) exactly s non-zeros (almost surely), zeros elsewhere
+    support: jax.Array  # (s,) int32, selected coordinates in order of selection
+
+
+def hard_threshold(v: jax.Array, s: int) -> Peeled:
+    """Exact top-``s`` hard thresholding ``P_s(v)``: keep the ``s`` largest ``|v_j|``.
+
+    Ties go to the lower index, as in :func:`noisy_hard_threshold` at epsilon = inf.
+    """
+    _, idx = jax.lax.top_k(jnp.abs(v), s)
+    mask = jnp.zeros(v.shape, bool).at[idx].set(True)
+    return Peeled(jnp.where(mask, v, jnp.zeros_like(v)), idx.astype(jnp.int32))
+
+
+def noisy_hard_threshold(
+    key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any, delta: Any
+) -> Peeled:
+    r"""NoisyHT, the "peeling" mechanism (Dwork, Su & Zhang 2018; spec 000 Alg 1, spec 003 Alg 3).
+
+    For ``i = 1..s``: draw fresh ``w_i ~ Laplace(b)^d`` and add
+    ``argmax_{j not in S} |v_j| + w_ij`` to ``S``; then release ``v_S + w~_S`` with fresh
+    ``w~ ~ Laplace(b)^d``, where ``b = Delta_inf 2 sqrt(3 s log(1/delta)) / epsilon``.
+
+    Privacy: (epsilon, delta)-DP under ``stat.relation`` if ``stat.sensitivity`` bounds the
+    l-infinity change of ``v`` (Lemma 3.1 of spec 000 / Lemma 2 of spec 003). At epsilon = inf
+    the noise is exactly zero and this is :func:`hard_threshold`.
+
+    Args:
+        key: PRNG key; split into ``key_select`` (the s peeling rounds) and ``key_release``.
+        stat: the statistic ``v`` (shape ``(d,)``) with an l-infinity sensitivity.
+        s: the number of coordinates to release (static), ``1 <= s <= d``.
+        epsilon, delta: the budget of this one release (arrays are fine).
+
+    Returns:
+        :class:`Peeled` with exactly ``s`` non-zeros and the selected support.
+    """
+    _require_norm(stat, "linf", "noisy_hard_threshold")
+    v = jnp.asarray(stat.value)
+    if v.ndim != 1:
+        raise ValueError(f"noisy_hard_threshold needs a vector; got shape {v.shape}")
+    d = v.shape[0]
+    if not 1 <= s <= d:
+        raise ValueError(f"s must be an integer in [1, {d}]; got {s}")
+    b = peeling_scale(stat.sensitivity, s, epsilon, delta)
+    key_select, key_release = jax.random.split(key)
+    selection_noise = laplace_noise(key_select, (s, d), b, v.dtype)
+    scores = jnp.abs(v)
+
+    def peel(i, carry):
+        mask, support = carry
+        noisy = jnp.where(mask, -jnp.inf, scores + selection_noise[i])
+        j = jnp.argmax(noisy)
+        return mask.at[j].set(True), support.at[i].set(j.astype(jnp.int32))
+
+    mask, support = jax.lax.fori_loop(
+        0, s, peel, (jnp.zeros((d,), bool), jnp.zeros((s,), jnp.int32))
+    )
+    released = v + laplace_noise(key_release, (d,), b, v.dtype)
+    return Peeled(jnp.where(mask, released, jnp.zeros_like(v)), support)

@@ -1,0 +1,35 @@
+"""Shared test helpers: statistical tests with power."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+# A correct scale must not be rejected at this level ...
+PASS_P = 1e-3
+# ... and a scale off by a factor 2/3 or 3/2 must be rejected at this one.
+FAIL_P = 1e-6
+
+
+def assert_scale_with_power(samples, dist: str, scale: float) -> None:
+    """KS test: ``samples`` follow ``dist`` (``"laplace"`` or ``"norm"``) with ``scale``, and
+    not with 2/3 or 3/2 of it."""
+    samples = np.asarray(samples, dtype=np.float64).ravel()
+    p_right = stats.kstest(samples, dist, args=(0.0, scale)).pvalue
+    assert p_right > PASS_P, f"{dist}({scale:g}) rejected, p = {p_right:g}"
+    for factor in (2 / 3, 3 / 2):
+        p_wrong = stats.kstest(samples, dist, args=(0.0, scale * factor)).pvalue
+        assert p_wrong < FAIL_P, f"{dist}({scale * factor:g}) not rejected, p = {p_wrong:g}"
+
+
+def compile_count(jitted) -> int:
+    """Number of compiled entries in a ``jax.jit`` function's cache."""
+    return jitted._cache_size()
+
+
+def same_key(key):
+    """A fresh key object with the same bits (to call twice with 'the same key' under the
+    key-reuse checker)."""
+    import jax
+
+    return jax.random.wrap_key_data(jax.random.key_data(key))

@@ -1,0 +1,269 @@
+"""Mechanisms: calibrated noise scales (with power), peeling, clipping, the epsilon=inf limit."""
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from dpjax import mechanisms as M
+from tests.helpers import assert_scale_with_power, compile_count, same_key
+
+N_DRAWS = 20_000
+
+
+def _stat(value, sensitivity, norm):
+    return M.BoundedStatistic(jnp.asarray(value, jnp.float32), jnp.float32(sensitivity), norm)
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration formulas
+# ---------------------------------------------------------------------------------------------
+
+
+def test_calibration_formulas_match_closed_forms():
+    assert M.laplace_scale(2.0, 0.5) == pytest.approx(4.0)
+    assert M.gaussian_sigma_classic(1.0, 0.5, 1e-5) == pytest.approx(
+        math.sqrt(2 * math.log(1.25 / 1e-5)) / 0.5
+    )
+    assert M.gaussian_sigma_classic(1.0, 0.5, 1e-5, log_constant=2.0) == pytest.approx(
+        math.sqrt(2 * math.log(2 / 1e-5)) / 0.5
+    )
+    assert M.gaussian_sigma_zcdp(3.0, 0.5) == pytest.approx(3.0)
+    assert M.peeling_scale(0.1, 10, 0.5, 1e-4) == pytest.approx(
+        0.1 * 2 * math.sqrt(3 * 10 * math.log(1e4)) / 0.5
+    )
+
+
+def test_calibration_is_traceable_and_vmappable():
+    eps = jnp.array([0.3, 0.5, jnp.inf])
+    b = jax.vmap(lambda e: M.peeling_scale(jnp.float32(0.1), 5, e, jnp.float32(1e-4)))(eps)
+    expected = [0.1 * 2 * math.sqrt(15 * math.log(1e4)) / e for e in (0.3, 0.5)] + [0.0]
+    np.testing.assert_allclose(np.asarray(b), expected, rtol=1e-5)
+
+
+def test_epsilon_inf_gives_exactly_zero_noise_even_with_infinite_sensitivity(key):
+    inf = jnp.float32(jnp.inf)
+    for fn in (
+        lambda: M.laplace_scale(inf, inf),
+        lambda: M.gaussian_sigma_classic(inf, inf, jnp.float32(1e-5)),
+        lambda: M.gaussian_sigma_zcdp(inf, inf),
+        lambda: M.peeling_scale(inf, 3, inf, jnp.float32(1e-5)),
+    ):
+        assert float(fn()) == 0.0
+    assert float(M.laplace_scale(float("inf"), float("inf"))) == 0.0  # host path too
+    v = jnp.array([3.0, -1.0, 2.0, 0.5])
+    k1, k2 = jax.random.split(key)
+    out = M.laplace_mechanism(k1, M.BoundedStatistic(v, inf, "l1"), inf)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(v))
+    out = M.gaussian_mechanism(k2, M.BoundedStatistic(v, inf, "l2"), inf, 1e-5)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(v))
+
+
+# ---------------------------------------------------------------------------------------------
+# Noise scale tests with power: pass at the calibrated scale, fail at 2/3 and 3/2 of it
+# ---------------------------------------------------------------------------------------------
+
+
+def test_laplace_mechanism_noise_scale(key):
+    sens, eps = 0.7, 0.4
+    out = M.laplace_mechanism(key, _stat(np.zeros(N_DRAWS), sens, "l1"), eps)
+    assert_scale_with_power(out, "laplace", sens / eps)
+
+
+def test_gaussian_mechanism_noise_scale(key):
+    sens, eps, delta = 0.3, 0.8, 1e-5
+    out = M.gaussian_mechanism(key, _stat(np.zeros(N_DRAWS), sens, "l2"), eps, delta)
+    assert_scale_with_power(out, "norm", sens * math.sqrt(2 * math.log(1.25 / delta)) / eps)
+
+
+def test_gaussian_zcdp_mechanism_noise_scale(key):
+    sens, rho = 0.5, 0.2
+    out = M.gaussian_mechanism_zcdp(key, _stat(np.zeros(N_DRAWS), sens, "l2"), rho)
+    assert_scale_with_power(out, "norm", sens / math.sqrt(2 * rho))
+
+
+def test_noisy_hard_threshold_release_noise_scale(key):
+    # The released values on the selected set are v_S + Laplace(b), whichever set is selected.
+    d, s, sens, eps, delta = 40, 4, 0.05, 0.5, 1e-3
+    v = jax.random.normal(jax.random.key(1), (d,))
+    stat = M.BoundedStatistic(v, jnp.float32(sens), "linf")
+    keys = jax.random.split(key, N_DRAWS // s)
+    out = jax.vmap(lambda k: M.noisy_hard_threshold(k, stat, s, eps, delta))(keys)
+    resid = np.take_along_axis(np.asarray(out.value), np.asarray(out.support), 1) - np.asarray(
+        v
+    )[np.asarray(out.support)]
+    b = sens * 2 * math.sqrt(3 * s * math.log(1 / delta)) / eps
+    assert_scale_with_power(resid, "laplace", b)
+
+
+def test_noise_is_deterministic_under_a_fixed_key_and_fresh_otherwise(key):
+    stat = _stat(np.zeros(8), 1.0, "l2")
+    a = M.gaussian_mechanism(same_key(key), stat, 0.5, 1e-5)
+    b = M.gaussian_mechanism(same_key(key), stat, 0.5, 1e-5)
+    c = M.gaussian_mechanism(jax.random.fold_in(key, 1), stat, 0.5, 1e-5)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.allclose(np.asarray(a), np.asarray(c))
+
+
+# ---------------------------------------------------------------------------------------------
+# Peeling
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s", [1, 3, 7])
+def test_noisy_hard_threshold_has_exactly_s_nonzeros_on_its_support(key, s):
+    d = 30
+    v = jax.random.normal(jax.random.key(2), (d,))
+    stat = M.BoundedStatistic(v, jnp.float32(0.2), "linf")
+    out = jax.vmap(lambda k: M.noisy_hard_threshold(k, stat, s, 0.7, 1e-4))(
+        jax.random.split(key, 200)
+    )
+    value, support = np.asarray(out.value), np.asarray(out.support)
+    assert ((value != 0).sum(axis=1) == s).all()
+    for row, sup in zip(value, support):
+        assert len(set(sup.tolist())) == s
+        assert set(np.flatnonzero(row).tolist()) == set(sup.tolist())
+
+
+def test_noisy_hard_threshold_at_epsilon_inf_is_exact_top_s(key):
+    d, s = 50, 6
+    v = jax.random.normal(jax.random.key(3), (d,))
+    out = M.noisy_hard_threshold(key, M.BoundedStatistic(v, jnp.float32(1.0), "linf"), s,
+                                 jnp.inf, 1e-5)
+    vn = np.asarray(v)
+    top = np.argsort(-np.abs(vn))[:s]  # independent reference
+    expected = np.zeros(d, np.float32)
+    expected[top] = vn[top]
+    np.testing.assert_array_equal(np.asarray(out.value), expected)
+    np.testing.assert_array_equal(np.asarray(out.support), top)  # selected in order of |v|
+    np.testing.assert_array_equal(np.asarray(M.hard_threshold(v, s).value), expected)
+    assert np.isfinite(np.asarray(out.value)).all()
+
+
+def _win_probabilities(locs, b):
+    """P(argmax_j |v_j| + Laplace(b) = j) by numerical integration (independent of dpjax)."""
+    locs = np.asarray(locs, float)
+    probs = []
+    for j in range(len(locs)):
+        others = np.delete(locs, j)
+
+        def integrand(x, j=j, others=others):
+            return stats.laplace.pdf(x, locs[j], b) * np.prod(stats.laplace.cdf(x, others, b))
+
+        probs.append(integrate.quad(integrand, -np.inf, np.inf, limit=200)[0])
+    return np.array(probs)
+
+
+def test_peeling_selection_frequencies_match_independent_computation(key):
+    # d = 4, s = 2: the ordered pair (first, second) has probability
+    # P(first | all) * P(second | all but first), because each round draws fresh noise.
+    v = np.array([1.0, -0.6, 0.3, 0.0], np.float32)
+    sens, s, eps, delta = 0.1, 2, 1.0, 0.1
+    b = sens * 2 * math.sqrt(3 * s * math.log(1 / delta)) / eps
+    expected = {}
+    p1 = _win_probabilities(np.abs(v), b)
+    for j in range(4):
+        rest = [k for k in range(4) if k != j]
+        p2 = _win_probabilities(np.abs(v[rest]), b)
+        for k, p in zip(rest, p2):
+            expected[(j, k)] = p1[j] * p
+    n = 40_000
+    stat = M.BoundedStatistic(jnp.asarray(v), jnp.float32(sens), "linf")
+    sup = np.asarray(jax.vmap(lambda k: M.noisy_hard_threshold(k, stat, s, eps, delta).support)(
+        jax.random.split(key, n)))
+    pairs = list(itertools.permutations(range(4), 2))
+    counts = np.array([np.sum((sup[:, 0] == j) & (sup[:, 1] == k)) for j, k in pairs])
+    probs = np.array([expected[p] for p in pairs])
+    assert probs.sum() == pytest.approx(1.0, abs=1e-6)
+    chi2 = stats.chisquare(counts, probs * n)
+    assert chi2.pvalue > 1e-3, chi2
+    # Power: the same frequencies are rejected against a 3/2 noise scale.
+    p1w = _win_probabilities(np.abs(v), 1.5 * b)
+    first = np.array([np.sum(sup[:, 0] == j) for j in range(4)])
+    assert stats.chisquare(first, p1w * n).pvalue < 1e-6
+
+
+def test_no_recompile_when_only_epsilon_changes(key):
+    f = jax.jit(M.noisy_hard_threshold, static_argnames="s")
+    stat = _stat(np.linspace(-1, 1, 20), 0.1, "linf")
+    before = compile_count(f)
+    for i, eps in enumerate((0.3, 0.5, 0.8, jnp.inf)):
+        f(jax.random.fold_in(key, i), stat, s=3, epsilon=jnp.float32(eps), delta=jnp.float32(1e-4))
+    assert compile_count(f) - before == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The statistic that carries its sensitivity
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mechanisms_refuse_a_statistic_in_the_wrong_norm(key):
+    with pytest.raises(ValueError, match="needs an l2 sensitivity"):
+        M.gaussian_mechanism(key, _stat(np.zeros(3), 1.0, "linf"), 0.5, 1e-5)
+    with pytest.raises(ValueError, match="needs an linf sensitivity"):
+        M.noisy_hard_threshold(key, _stat(np.zeros(3), 1.0, "l2"), 1, 0.5, 1e-5)
+    with pytest.raises(TypeError, match="BoundedStatistic"):
+        M.laplace_mechanism(key, jnp.zeros(3), 0.5)
+    with pytest.raises(ValueError, match="norm must be"):
+        M.BoundedStatistic(jnp.zeros(3), jnp.float32(1.0), "l3")
+
+
+def test_bounded_statistic_algebra():
+    st = _stat(np.ones(4), 0.5, "linf")
+    sc = st.scale(-2.0)
+    assert float(sc.sensitivity) == 1.0 and float(sc.value[0]) == -2.0
+    sh = st.shift(jnp.full(4, 3.0))
+    assert float(sh.sensitivity) == 0.5 and float(sh.value[0]) == 4.0
+    assert float(st.in_norm("l2").sensitivity) == pytest.approx(0.5 * 2.0)  # sqrt(4)
+    assert float(st.in_norm("l1").sensitivity) == pytest.approx(0.5 * 4.0)
+    assert float(_stat(np.ones(4), 0.5, "l2").in_norm("linf").sensitivity) == 0.5
+    # a BoundedStatistic is a pytree and crosses jit
+    out = jax.jit(lambda s: s.scale(3.0))(st)
+    assert out.norm == "linf" and float(out.sensitivity) == pytest.approx(1.5)
+
+
+def test_bounded_mean_sensitivity_is_attained_by_an_adversarial_neighbour():
+    rng = np.random.default_rng(0)
+    C, n = 1.5, 50
+    x = rng.normal(size=(n, 5)) * 3
+    terms = M.clip_l2(jnp.asarray(x, jnp.float32), C)
+    stat = M.bounded_mean(terms, 2 * C, "l2")
+    x2 = x.copy()
+    x2[7] = 1e6 * np.ones(5)
+    x[7] = -1e6 * np.ones(5)
+    a = M.bounded_mean(M.clip_l2(jnp.asarray(x, jnp.float32), C), 2 * C, "l2").value
+    b = M.bounded_mean(M.clip_l2(jnp.asarray(x2, jnp.float32), C), 2 * C, "l2").value
+    gap = float(jnp.linalg.norm(a - b))
+    assert gap <= float(stat.sensitivity) * (1 + 1e-5)
+    assert gap == pytest.approx(float(stat.sensitivity), rel=1e-4)  # tight
+
+
+# ---------------------------------------------------------------------------------------------
+# Clipping
+# ---------------------------------------------------------------------------------------------
+
+
+def test_clip_l2_projects_rows_onto_the_ball():
+    x = jnp.array([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0]])
+    out = np.asarray(M.clip_l2(x, 1.0))
+    np.testing.assert_allclose(out[0], [0.6, 0.8], rtol=1e-6)
+    np.testing.assert_allclose(out[1], [0.3, 0.4])
+    np.testing.assert_array_equal(out[2], [0.0, 0.0])
+    np.testing.assert_array_equal(np.asarray(M.clip_l2(x, jnp.inf)), np.asarray(x))
+
+
+def test_clip_frobenius_on_matrices():
+    x = jnp.ones((3, 2, 2)) * jnp.array([1.0, 2.0, 0.1])[:, None, None]
+    out = M.clip_l2(x, 1.0, axis=(-2, -1))
+    norms = np.sqrt((np.asarray(out) ** 2).sum(axis=(1, 2)))
+    np.testing.assert_allclose(norms, [1.0, 1.0, 0.2], rtol=1e-6)
+
+
+def test_clip_linf():
+    x = jnp.array([-5.0, -0.5, 0.5, 5.0])
+    np.testing.assert_array_equal(np.asarray(M.clip_linf(x, 1.0)), [-1.0, -0.5, 0.5, 1.0])
+    np.testing.assert_array_equal(np.asarray(M.clip_linf(x, jnp.inf)), np.asarray(x))
