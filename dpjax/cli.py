@@ -1,0 +1,91 @@
+"""The ``dpjax`` command.
+
+``dpjax list``                      the experiments
+``dpjax run NAME --out DIR [...]``  run one (resumable; see ``dpjax run --help``)
+``dpjax demo``                      a short example fit with its privacy ledger
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+
+__all__ = ["main"]
+
+
+def _registry():
+    try:
+        from experiments import registry
+    except ImportError as exc:  # pragma: no cover - experiments ships with the package
+        raise SystemExit(f"dpjax: the experiments package is not importable: {exc}") from exc
+    return registry()
+
+
+def _parse_set(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"dpjax: error: --set expects key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dpjax", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the experiments")
+    run = sub.add_parser("run", help="run an experiment and write its results files")
+    run.add_argument("name", help="experiment name (see 'dpjax list')")
+    run.add_argument("--out", required=True, help="output directory (a rerun resumes there)")
+    run.add_argument("--reps", type=int, default=None, help="number of repetitions")
+    run.add_argument("--seed", type=int, default=0, help="study seed (default 0)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a configuration value (repeatable)")
+    run.add_argument("--chunk-size", type=int, default=None,
+                     help="repetitions per compiled call (default: fit a 2 GB budget)")
+    run.add_argument("--quick", action="store_true", help="a reduced run (under a minute)")
+    run.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto",
+                     help="generate each batch inside the scan ('stream') or all data first")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo = sub.add_parser("demo", help="fit one estimator and print its privacy ledger")
+    demo.add_argument("args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+
+    if args.command == "demo":
+        from dpjax import demo as demo_mod
+
+        demo_mod.main(args.args)
+        return 0
+    reg = _registry()
+    if args.command == "list":
+        width = max(len(n) for n in reg)
+        for name, exp in sorted(reg.items()):
+            print(f"{name:<{width}}  {exp.title}")
+            if exp.description:
+                print(textwrap.indent(textwrap.fill(exp.description, 88), " " * (width + 2)))
+        return 0
+
+    from dpjax.study import ConfigError, run_experiment
+
+    if args.name not in reg:
+        print(f"dpjax: error: unknown experiment {args.name!r}; available: "
+              f"{', '.join(sorted(reg))}", file=sys.stderr)
+        return 2
+    try:
+        out = run_experiment(
+            reg[args.name], args.out, reps=args.reps, seed=args.seed,
+            overrides=_parse_set(args.set), chunk_size=args.chunk_size, quick=args.quick,
+            progress=not args.no_progress, data_mode=args.data_mode,
+        )
+    except ConfigError as exc:
+        print(f"dpjax: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out.out_dir}/results.csv, summary.csv, iterations.csv, config.json"
+          + (", figure.png" if reg[args.name].plot is not None else ""))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

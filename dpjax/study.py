@@ -1,0 +1,330 @@
+"""Experiments: a named configuration, its settings, and the run that writes the results files.
+
+An :class:`Experiment` (one per figure or table of a paper, in ``experiments/``) declares its
+configuration with typed defaults, how the configuration becomes a list of
+:class:`~dpjax.sweep.Setting` (one compiled shape each), and how to draw its figure.
+:func:`run_experiment` resolves the configuration, runs every setting through the sweep engine
+with resumable chunks and a progress bar, and writes ``results.csv``, ``iterations.csv``,
+``summary.csv``, ``config.json`` and ``figure.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from dpjax import results, sweep
+from dpjax.sweep import Setting
+
+__all__ = [
+    "ConfigError",
+    "CustomRun",
+    "Experiment",
+    "StudyOutput",
+    "resolve_config",
+    "run_experiment",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value (``--set key=value``) is unknown or invalid."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """A reproducible study.
+
+    Attributes:
+        name: the command-line name (``dpjax run NAME``).
+        title: one line: what it reproduces.
+        defaults: the configuration with typed defaults (int, float, str, bool, or tuples of
+            numbers); ``--set key=value`` overrides them, checked against these types.
+        settings: ``settings(config) -> [Setting, ...]``.
+        quick: overrides applied by ``--quick`` (a reduced run under a minute on 2 CPU cores).
+        reps, quick_reps: default repetitions.
+        plot: ``plot(iteration_rows, summary_rows, config, path)`` draws ``figure.png``.
+        check: ``check(config)`` raises :class:`ConfigError` for invalid combinations.
+        description: longer text for ``dpjax list``.
+    """
+
+    name: str
+    title: str
+    defaults: Mapping[str, Any]
+    settings: Callable[[Mapping[str, Any]], Sequence[Setting]] | None = None
+    quick: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    reps: int = 50
+    quick_reps: int = 5
+    plot: Callable[..., None] | None = None
+    check: Callable[[Mapping[str, Any]], None] | None = None
+    description: str = ""
+    runner: Callable[..., CustomRun] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.settings is None) == (self.runner is None):
+            raise ValueError(f"experiment {self.name!r}: give exactly one of settings or runner")
+
+
+class CustomRun(NamedTuple):
+    """What an experiment's own ``runner(config, reps=, seed=, progress=)`` returns.
+
+    For studies that do not fit the simulate -> iterate -> record pattern of the sweep engine
+    (e.g. real data with a train/test split per repetition). The rows must hold the columns of
+    ``results.csv`` (at least ``experiment, method, n, d, s, epsilon, delta, rep, error``).
+    """
+
+    rows: list[dict[str, Any]]
+    iteration_rows: list[dict[str, Any]]
+    by: list[str]  # the columns that identify a (setting, level) for summary.csv
+    settings_meta: list[dict[str, Any]]  # per setting/level: hparams and ledgers
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+def _parse(name: str, raw: str, default: Any) -> Any:
+    def fail(kind: str) -> ConfigError:
+        return ConfigError(f"--set {name}: expected {kind}, got {raw!r}")
+
+    if isinstance(default, bool):
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise fail("true or false")
+    if isinstance(default, int):
+        try:
+            return int(raw)
+        except ValueError:
+            raise fail("an integer") from None
+    if isinstance(default, float):
+        try:
+            return float(raw)
+        except ValueError:
+            raise fail("a number") from None
+    if isinstance(default, tuple):
+        elem = default[0] if default else 0.0
+        kind = "integers" if isinstance(elem, int) else "numbers"
+        parts = [p for p in raw.replace(" ", "").split(",") if p]
+        if not parts:
+            raise fail(f"a comma-separated list of {kind}")
+        try:
+            return tuple(int(p) if isinstance(elem, int) else float(p) for p in parts)
+        except ValueError:
+            raise fail(f"a comma-separated list of {kind}") from None
+    if isinstance(default, str):
+        return raw
+    raise ConfigError(f"--set {name}: this setting cannot be changed from the command line")
+
+
+def resolve_config(
+    experiment: Experiment,
+    overrides: Mapping[str, Any] | None = None,
+    quick: bool = False,
+) -> dict[str, Any]:
+    """Defaults, then the ``--quick`` overrides, then ``overrides`` (strings or typed values)."""
+    config = dict(experiment.defaults)
+    if quick:
+        config.update(experiment.quick)
+    for name, value in (overrides or {}).items():
+        if name not in experiment.defaults:
+            valid = ", ".join(sorted(experiment.defaults))
+            raise ConfigError(
+                f"--set {name}: unknown setting for experiment {experiment.name!r}; "
+                f"valid settings: {valid}"
+            )
+        default = experiment.defaults[name]
+        config[name] = _parse(name, value, default) if isinstance(value, str) else value
+    if experiment.check is not None:
+        experiment.check(config)
+    return config
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class StudyOutput:
+    """What :func:`run_experiment` wrote, also kept in memory."""
+
+    out_dir: Path
+    rows: list[dict[str, Any]]
+    iteration_rows: list[dict[str, Any]]
+    summary: list[dict[str, Any]]
+    config: dict[str, Any]
+    traces: dict[str, dict[str, np.ndarray]]
+
+
+def _auto_chunk(setting: Setting, reps: int, budget_bytes: float) -> int:
+    """Repetitions per chunk so that a chunk's data and per-level temporaries fit the budget."""
+    leaves = jax.eval_shape(
+        lambda k: setting.simulate(k, setting.plan.block_size, setting.truth), jax.random.key(0)
+    )
+    block_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in
+                      jax.tree_util.tree_leaves(leaves))
+    per_rep = block_bytes * (len(setting.levels) + 2)
+    if setting.estimator.batching != "disjoint":
+        per_rep *= setting.plan.num_blocks
+    return int(max(1, min(reps, budget_bytes // max(per_rep, 1))))
+
+
+def _level_columns(setting: Setting, level: Mapping[str, float]) -> dict[str, Any]:
+    return {k: float(v) for k, v in level.items()}
+
+
+def run_experiment(
+    experiment: Experiment,
+    out_dir: str | os.PathLike,
+    *,
+    reps: int | None = None,
+    seed: int = 0,
+    overrides: Mapping[str, Any] | None = None,
+    chunk_size: int | None = None,
+    quick: bool = False,
+    progress: bool = True,
+    data_mode: str = "auto",
+    memory_budget_gb: float = 2.0,
+    num_devices: int | None = None,
+) -> StudyOutput:
+    """Run an experiment and write its results files (see :mod:`dpjax.results`).
+
+    Args:
+        experiment: the experiment.
+        out_dir: the output directory; rerunning the same command there resumes.
+        reps: repetitions (default: the experiment's, or its ``quick_reps`` with ``quick``).
+        seed: the study seed.
+        overrides: ``--set`` values.
+        chunk_size: repetitions per kernel call; default: as many as fit ``memory_budget_gb``.
+        quick: apply the experiment's reduced configuration.
+        progress: show a progress bar on stderr.
+        data_mode: ``"auto"`` (stream batches inside the scan where the estimator allows it),
+            ``"materialize"`` or ``"stream"``.
+        num_devices: devices to shard repetitions over (default: all local devices).
+    """
+    config = resolve_config(experiment, overrides, quick)
+    reps = (experiment.quick_reps if quick else experiment.reps) if reps is None else reps
+    if reps < 1:
+        raise ConfigError(f"--reps must be >= 1; got {reps}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ConfigError(f"--chunk-size must be >= 1; got {chunk_size}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    traces: dict[str, dict[str, np.ndarray]] = {}
+    if experiment.runner is not None:
+        custom = experiment.runner(config, reps=reps, seed=seed, progress=progress)
+        rows, iter_rows, setting_meta = custom.rows, custom.iteration_rows, custom.settings_meta
+        by = list(custom.by)
+        fp = results.fingerprint({"experiment": experiment.name, "config": config, "seed": seed})
+    else:
+        rows, iter_rows, by, setting_meta, fp, traces = _run_settings(
+            experiment, config, out, reps, seed, chunk_size, progress, data_mode,
+            memory_budget_gb, num_devices,
+        )
+    summary = results.summarise(rows, by)
+    results.write_csv(out / "results.csv", rows)
+    results.write_csv(out / "iterations.csv", iter_rows)
+    results.write_csv(out / "summary.csv", summary)
+    meta = {
+        "experiment": experiment.name,
+        "title": experiment.title,
+        "config": config,
+        "reps": reps,
+        "seed": seed,
+        "quick": quick,
+        "fingerprint": fp,
+        "environment": results.environment(),
+        "settings": setting_meta,
+    }
+    results.write_json(out / "config.json", meta)
+    if experiment.plot is not None:
+        experiment.plot(iter_rows, summary, config, out / "figure.png")
+    return StudyOutput(out, rows, iter_rows, summary, meta, traces)
+
+
+def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, data_mode,
+                  memory_budget_gb, num_devices):
+    settings = list(experiment.settings(config))
+    keys = [s.key for s in settings]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"experiment {experiment.name!r} has duplicate setting keys")
+    # Everything that changes results (not reps or chunking, which only add or split work).
+    fp = results.fingerprint(
+        {"experiment": experiment.name, "config": config, "seed": seed,
+         "settings": [[s.key, s.columns, list(s.levels)] for s in settings]}
+    )
+    store = results.ChunkStore(out, fp)
+    total = reps * len(settings)
+    bar = sweep.default_progress(total, experiment.name) if progress else None
+    traces: dict[str, dict[str, np.ndarray]] = {}
+    setting_meta = []
+    try:
+        for s in settings:
+            mode = data_mode
+            if mode == "auto":
+                mode = "stream" if s.estimator.batching == "disjoint" else "materialize"
+            chunk = chunk_size or _auto_chunk(s, reps, memory_budget_gb * 2**30)
+            bounds = sweep.chunk_bounds(reps, chunk)
+            store.set_bounds(s.key, bounds)
+            t0 = time.perf_counter()
+            traces[s.key] = sweep.run_setting(
+                s, reps=reps, seed=seed, chunk_size=chunk, data_mode=mode, store=store,
+                progress=bar.update if bar is not None else None, num_devices=num_devices,
+            )
+            setting_meta.append(
+                {"key": s.key, "columns": s.columns, "chunk_size": chunk, "data_mode": mode,
+                 "seconds": round(time.perf_counter() - t0, 3),
+                 "levels": [
+                     {"hparams": dict(lv), "ledger": _ledger(s, lv)} for lv in s.levels
+                 ]}
+            )
+    finally:
+        if bar is not None:
+            bar.close()
+
+    rows, iter_rows = _tidy(experiment.name, settings, traces)
+    level_keys = sorted({k for s in settings for lv in s.levels for k in lv})
+    col_keys = list(dict.fromkeys(k for s in settings for k in s.columns))
+    by = ["experiment", *col_keys, *level_keys]
+    return rows, iter_rows, by, setting_meta, fp, traces
+
+
+def _ledger(setting: Setting, level: Mapping[str, float]) -> dict[str, Any] | None:
+    fn = setting.estimator.ledger
+    if fn is None:
+        return None
+    hp = setting.hparams_type(
+        *(np.asarray(level[f], np.float64) for f in setting.hparams_type._fields)
+    )
+    return fn(setting.n, hp).to_dict()
+
+
+def _tidy(name: str, settings: Sequence[Setting], traces: Mapping[str, Mapping[str, np.ndarray]]):
+    rows, iter_rows = [], []
+    for s in settings:
+        metrics = traces[s.key]
+        first = next(iter(metrics.values()))
+        R, L, T1 = first.shape[:3]
+        for li, level in enumerate(s.levels):
+            base = {"experiment": name} | dict(s.columns) | _level_columns(s, level)
+            for r in range(R):
+                rows.append(
+                    base | {"rep": r, "iterations": T1 - 1}
+                    | {m: float(v[r, li, -1]) for m, v in metrics.items()}
+                )
+                for t in range(T1):
+                    iter_rows.append(
+                        base | {"rep": r, "iteration": t}
+                        | {m: float(v[r, li, t]) for m, v in metrics.items()}
+                    )
+    return rows, iter_rows

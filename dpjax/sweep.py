@@ -1,0 +1,369 @@
+r"""The Monte Carlo engine: repetitions x privacy levels x iterations as one compiled kernel.
+
+A *setting* fixes everything that determines shapes (the estimator with its static
+configuration, ``n``, ``d``, the data plan); its *levels* are the swept hyperparameters (epsilon,
+delta, step size, truncation, ...), passed as arrays. One kernel is compiled per setting shape
+and reused for every chunk and every set of level values.
+
+Keys and common random numbers:
+
+* the data of repetition ``r`` come from ``data_key_r = fold_in(data_key, r)``; block ``b`` of
+  the data set is ``simulate(fold_in(data_key_r, b), block_size, truth)``;
+* the data-independent starting value of repetition ``r`` comes from
+  ``fold_in(data_key_r, INIT_TAG)``;
+* the noise of (repetition ``r``, level ``l``) comes from ``fold_in(fold_in(noise_key, r), id_l)``
+  where ``id_l`` is a stable hash of the level's hyperparameter values, and step ``t`` uses
+  ``fold_in(that, t)`` -- exactly the key :func:`dpjax.base.run` would use.
+
+So every level of a repetition sees the same data set (generated once), and a result never
+depends on the chunk size, the number of devices, or which other levels were run.
+
+Shapes of the computation: ``vmap`` over repetitions (sharded over devices with ``shard_map``),
+``lax.scan`` over iterations, and inside each step ``vmap`` over levels, so a batch generated
+inside the scan (``data_mode="stream"``) is shared by all levels. ``"stream"`` needs estimators
+with one disjoint batch per iteration and keeps only ``O(block_size * d)`` data per repetition in
+flight; ``"materialize"`` generates the whole data set first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import struct
+import sys
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from dpjax.base import Estimator
+
+__all__ = [
+    "INIT_TAG",
+    "DataPlan",
+    "Setting",
+    "chunk_bounds",
+    "compile_count",
+    "level_id",
+    "make_kernel",
+    "run_setting",
+    "study_keys",
+]
+
+INIT_TAG = 0xFFFFFFFF  # fold_in tag of the starting-value key (blocks use 0, 1, 2, ...)
+
+PyTree = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class DataPlan:
+    """How a repetition's data set is generated: ``num_blocks`` blocks of ``block_size`` records.
+
+    For estimators with sample splitting, ``num_blocks`` equals the number of iterations and a
+    block is one iteration's batch (``block_size = floor(n / N0)``); for full-data estimators use
+    one block of ``n`` records.
+    """
+
+    num_blocks: int
+    block_size: int
+
+    @property
+    def num_records(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One compiled shape of a study.
+
+    Attributes:
+        key: a unique label (used in file names and to derive the setting's keys).
+        columns: what identifies the setting in results (``method``, ``n``, ``d``, ``s``, ...).
+        estimator: the estimator (static).
+        simulate: ``simulate(key, m, truth) -> data`` with ``m`` records (static).
+        init: ``init(key, truth) -> params0``, data-independent (static).
+        record: ``record(state, truth) -> {metric: scalar}`` kept per iteration (static).
+        truth: the true parameter.
+        plan: the data plan.
+        hparams_type: the estimator's hyperparameter NamedTuple.
+        levels: one dict of hyperparameter values per level (keys: ``hparams_type._fields``).
+        n: the nominal number of records (for ledgers).
+    """
+
+    key: str
+    columns: dict[str, Any]
+    estimator: Estimator
+    simulate: Callable[..., PyTree]
+    init: Callable[..., PyTree]
+    record: Callable[..., PyTree]
+    truth: np.ndarray
+    plan: DataPlan
+    hparams_type: type
+    levels: tuple[dict[str, float], ...]
+    n: int
+
+    def hparams(self, levels: Sequence[dict[str, float]] | None = None) -> PyTree:
+        """The levels as one hyperparameter pytree with a leading level axis."""
+        levels = self.levels if levels is None else levels
+        fields = self.hparams_type._fields
+        missing = [f for f in fields if f not in levels[0]]
+        if missing:
+            raise ValueError(f"levels of setting {self.key!r} lack hyperparameters {missing}")
+        return self.hparams_type(
+            *(jnp.asarray([float(lv[f]) for lv in levels], jnp.float32) for f in fields)
+        )
+
+    def level_ids(self, levels: Sequence[dict[str, float]] | None = None) -> np.ndarray:
+        levels = self.levels if levels is None else levels
+        fields = self.hparams_type._fields
+        return np.array([level_id([lv[f] for f in fields]) for lv in levels], np.uint32)
+
+
+def level_id(values: Sequence[float]) -> int:
+    """A stable 32-bit id of a level's hyperparameter values (crc32 of their float64 bytes)."""
+    return zlib.crc32(b"".join(struct.pack("<d", float(v)) for v in values))
+
+
+def setting_id(key: str) -> int:
+    return zlib.crc32(key.encode())
+
+
+def study_keys(seed: int, setting_key: str) -> tuple[jax.Array, jax.Array]:
+    """``(data_key, noise_key)`` of a setting: independent across settings and of each other."""
+    root = jax.random.fold_in(jax.random.key(seed), setting_id(setting_key))
+    return jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
+
+
+# --------------------------------------------------------------------------------------------
+# The kernel
+# --------------------------------------------------------------------------------------------
+
+
+def _repetition(
+    estimator: Estimator,
+    simulate: Callable,
+    init: Callable,
+    record: Callable,
+    plan: DataPlan,
+    data_mode: str,
+    r: jax.Array,
+    data_key: jax.Array,
+    noise_key: jax.Array,
+    truth: jax.Array,
+    hparams: PyTree,
+    ids: jax.Array,
+) -> PyTree:
+    """All levels of repetition ``r``: returns the record with axes ``(level, iteration+1)``."""
+    data_key_r = jax.random.fold_in(data_key, r)
+    noise_key_r = jax.random.fold_in(noise_key, r)
+    level_keys = jax.vmap(jax.random.fold_in, (None, 0))(noise_key_r, ids)
+    params0 = init(jax.random.fold_in(data_key_r, INIT_TAG), truth)
+    num_levels = ids.shape[0]
+    state0 = jax.tree_util.tree_map(
+        lambda x: jnp.broadcast_to(x, (num_levels,) + jnp.shape(x)), estimator.init(params0)
+    )
+
+    def block(b):
+        return simulate(jax.random.fold_in(data_key_r, b), plan.block_size, truth)
+
+    steps = jnp.arange(estimator.num_steps)
+    if data_mode == "stream":
+        xs = steps
+    else:
+        blocks = jax.vmap(block)(jnp.arange(plan.num_blocks))  # leaves (num_blocks, bs, ...)
+        if estimator.batching == "disjoint":
+            xs = (steps, blocks)
+        else:
+            full = jax.tree_util.tree_map(
+                lambda x: x.reshape((plan.num_records,) + x.shape[2:]), blocks
+            )
+            xs = steps
+
+    step_levels = jax.vmap(estimator.step, in_axes=(0, 0, None, 0))
+    record_levels = jax.vmap(record, in_axes=(0, None))
+
+    def body(states, x):
+        if data_mode == "stream":
+            t = x
+            batch = block(t)
+        elif estimator.batching == "disjoint":
+            t, batch = x
+        else:
+            t, batch = x, full
+        keys_t = jax.vmap(jax.random.fold_in, (0, None))(level_keys, t)
+        new_states, _ = step_levels(keys_t, states, batch, hparams)
+        return new_states, record_levels(new_states, truth)
+
+    _, trace = jax.lax.scan(body, state0, xs)  # leaves (T, L, ...)
+    rec0 = record_levels(state0, truth)  # (L, ...)
+    return jax.tree_util.tree_map(
+        lambda r0, tr: jnp.concatenate([r0[:, None], jnp.swapaxes(tr, 0, 1)], axis=1), rec0, trace
+    )
+
+
+def make_kernel(
+    estimator: Estimator,
+    simulate: Callable,
+    init: Callable,
+    record: Callable,
+    plan: DataPlan,
+    data_mode: Literal["materialize", "stream"] = "materialize",
+    num_devices: int = 1,
+) -> Callable:
+    """The jitted kernel ``(reps (C,), data_key, noise_key, truth, hparams (L,), ids (L,))`` ->
+    record with leading axes ``(C, L, num_steps + 1)``.
+
+    Cached on its static arguments, so a study compiles once per shape. With ``num_devices > 1``
+    the repetition axis is split over the first ``num_devices`` devices with ``shard_map`` (``C``
+    must be a multiple of ``num_devices``).
+    """
+    cache_key = (estimator, simulate, init, record, plan, data_mode, num_devices)
+    if cache_key not in _KERNELS:
+        _KERNELS[cache_key] = _build_kernel(*cache_key)
+    return _KERNELS[cache_key]
+
+
+def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_devices):
+    if data_mode not in ("materialize", "stream"):
+        raise ValueError(f"data_mode must be 'materialize' or 'stream'; got {data_mode!r}")
+    if estimator.batching == "disjoint" and plan.num_blocks != estimator.num_steps:
+        raise ValueError(
+            f"an estimator with sample splitting needs one data block per iteration: "
+            f"num_blocks = {plan.num_blocks} but num_steps = {estimator.num_steps}"
+        )
+    if data_mode == "stream" and estimator.batching != "disjoint":
+        raise ValueError("data_mode='stream' needs an estimator with one disjoint batch per step")
+
+    rep_fn = functools.partial(_repetition, estimator, simulate, init, record, plan, data_mode)
+
+    def chunk(reps, data_key, noise_key, truth, hparams, ids):
+        return jax.vmap(rep_fn, in_axes=(0, None, None, None, None, None))(
+            reps, data_key, noise_key, truth, hparams, ids
+        )
+
+    if num_devices == 1:
+        return jax.jit(chunk)
+    mesh = jax.make_mesh(
+        (num_devices,), ("reps",), devices=jax.devices()[:num_devices],
+        axis_types=(jax.sharding.AxisType.Auto,),
+    )
+    sharded = jax.shard_map(
+        chunk, mesh=mesh, in_specs=(P("reps"), P(), P(), P(), P(), P()), out_specs=P("reps"),
+        check_vma=False,
+    )
+    by_rep, replicated = NamedSharding(mesh, P("reps")), NamedSharding(mesh, P())
+    return jax.jit(sharded, in_shardings=(by_rep,) + (replicated,) * 5)
+
+
+def compile_count() -> int:
+    """Total compiled entries of all sweep kernels made so far (for no-recompile tests)."""
+    return sum(k._cache_size() for k in _KERNELS.values())
+
+
+_KERNELS: dict[tuple, Callable] = {}
+
+
+# --------------------------------------------------------------------------------------------
+# The driver
+# --------------------------------------------------------------------------------------------
+
+
+def chunk_bounds(reps: int, chunk_size: int) -> list[tuple[int, int]]:
+    """``[(start, stop), ...]`` of the repetition chunks."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1; got {chunk_size}")
+    return [(a, min(a + chunk_size, reps)) for a in range(0, reps, chunk_size)]
+
+
+def run_setting(
+    setting: Setting,
+    *,
+    reps: int,
+    seed: int,
+    chunk_size: int | None = None,
+    data_mode: Literal["materialize", "stream"] = "materialize",
+    num_devices: int | None = None,
+    store: Any = None,
+    progress: Callable[[int], None] | None = None,
+    levels: Sequence[dict[str, float]] | None = None,
+) -> np.ndarray:
+    """Run all repetitions and levels of one setting.
+
+    Returns a dict ``metric -> array (reps, L, num_steps + 1, ...)`` (index 0 along the third
+    axis is the starting value).
+
+    Args:
+        setting: the setting.
+        reps: number of repetitions.
+        seed: the study seed.
+        chunk_size: repetitions per kernel call (memory is proportional to it); default all.
+        data_mode: ``"materialize"`` or ``"stream"`` (see the module docstring).
+        num_devices: devices to shard repetitions over (default: all local devices).
+        store: optional chunk store (``has(key, i)``, ``load(key, i)``, ``save(key, i, arr)``)
+            for resuming: completed chunks are loaded instead of recomputed.
+        progress: called with the number of repetitions finished after each chunk.
+        levels: run only these levels (default: ``setting.levels``).
+    """
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1; got {reps}")
+    chunk_size = reps if chunk_size is None else chunk_size
+    devices = len(jax.devices()) if num_devices is None else num_devices
+    devices = max(1, min(devices, chunk_size))
+    kernel = make_kernel(
+        setting.estimator, setting.simulate, setting.init, setting.record, setting.plan,
+        data_mode, devices,
+    )
+    data_key, noise_key = study_keys(seed, setting.key)
+    hparams = setting.hparams(levels)
+    ids = jnp.asarray(setting.level_ids(levels))
+    truth = jnp.asarray(setting.truth)
+    # Pad every chunk to a common multiple of the device count: one shape, one compile.
+    padded = math.ceil(chunk_size / devices) * devices
+    out = []
+    for i, (a, b) in enumerate(chunk_bounds(reps, chunk_size)):
+        if store is not None and store.has(setting.key, i):
+            arr = store.load(setting.key, i)
+        else:
+            idx = np.arange(a, a + padded, dtype=np.uint32)
+            res = jax.device_get(kernel(jnp.asarray(idx), data_key, noise_key, truth, hparams, ids))
+            if not isinstance(res, dict):
+                raise TypeError("a setting's record must return a dict of named metrics")
+            arr = {k: np.asarray(v)[: b - a] for k, v in res.items()}
+            bad = [k for k, v in arr.items() if not np.isfinite(v).all()]
+            if bad:
+                raise FloatingPointError(
+                    f"setting {setting.key!r}: non-finite {bad} in repetitions {a}..{b - 1}"
+                )
+            if store is not None:
+                store.save(setting.key, i, arr)
+        out.append(arr)
+        if progress is not None:
+            progress(b - a)
+    return {k: np.concatenate([o[k] for o in out], axis=0) for k in out[0]}
+
+
+def default_progress(total: int, desc: str) -> Any:
+    """A tqdm bar on stderr if tqdm is installed, else a plain line per update."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm comes with the [experiments] extra
+        return _PlainProgress(total, desc)
+    return tqdm(total=total, desc=desc, unit="rep", file=sys.stderr, leave=True)
+
+
+class _PlainProgress:  # pragma: no cover - trivial fallback
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.done, self.desc = total, 0, desc
+
+    def update(self, k: int) -> None:
+        self.done += k
+        print(f"{self.desc}: {self.done}/{self.total}", file=sys.stderr)
+
+    def close(self) -> None:
+        pass
