@@ -2,5 +2,6 @@
 that makes them bounded."""
 
 from dpjax.models.gmm import GaussianMixture, GMMData, sparse_unit_beta
+from dpjax.models.iv import IVData, IVParameters, LinearIV
 
-__all__ = ["GMMData", "GaussianMixture", "sparse_unit_beta"]
+__all__ = ["GMMData", "GaussianMixture", "IVData", "IVParameters", "LinearIV", "sparse_unit_beta"]
