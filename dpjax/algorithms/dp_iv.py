@@ -436,6 +436,11 @@ class FitResult(NamedTuple):
 _run_jit = jax.jit(run, static_argnames=("estimator", "record"))
 
 
+def _record(state: DPIVState, info: DPIVInfo) -> tuple[DPIVState, jax.Array]:
+    # Module level (not a closure), so the jit cache sees the same static argument every call.
+    return state, jnp.stack([info.clip_frac1, info.clip_frac2])
+
+
 def _check_gamma(gamma: Any, rho: Any, name: str, rho_name: str) -> np.ndarray:
     g = _validate.check_positive(gamma, name, allow_inf=True)
     if np.isinf(g).any() and np.isfinite(np.asarray(rho, np.float64)).any():
@@ -506,11 +511,8 @@ def _fit(
     hp = make_hparams(r1, r2, e, a, g1, g2)
     state0 = estimator.init((jnp.asarray(th0, dtype), jnp.asarray(b0, dtype)))
 
-    def record(state, info):
-        return state, jnp.stack([info.clip_frac1, info.clip_frac2])
-
     final, (trace, clip) = _run_jit(
-        estimator, key, data, state0, jax.tree_util.tree_map(jnp.asarray, hp), record=record
+        estimator, key, data, state0, jax.tree_util.tree_map(jnp.asarray, hp), record=_record
     )
     estimate = np.asarray(final.beta)
     if not np.isfinite(estimate).all() or not np.isfinite(np.asarray(final.theta)).all():
