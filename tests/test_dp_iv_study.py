@@ -98,3 +98,37 @@ def test_summarise_extra_metrics():
     assert row["estimate_sd"] == pytest.approx(np.std([2.0, 4.0, 9.0], ddof=1))
     assert row["estimate_se"] == pytest.approx(row["estimate_sd"] / math.sqrt(3))
     assert "estimate_mean" not in results.summarise(rows, ["g"])[0]
+
+
+@pytest.mark.parametrize("name", ["iv_fig3", "iv_fig4", "iv_fig6", "iv_fig7", "iv_fig8",
+                                  "iv_fig9", "iv_card"])
+def test_experiment_settings_build_with_uniform_columns(name):
+    from dpjax.study import resolve_config
+    from experiments import registry
+
+    exp = registry()[name]
+    for quick in (False, True):
+        settings = exp.settings(resolve_config(exp, quick=quick))
+        level_keys = {frozenset(lv) for s in settings for lv in s.levels}
+        column_keys = {frozenset(s.columns) for s in settings}
+        assert len(level_keys) == 1 and len(column_keys) == 1  # summary.csv groups on these
+        assert {"epsilon", "delta", "rho1", "rho2"} <= next(iter(level_keys))
+        assert {"method", "n", "d", "s"} <= next(iter(column_keys))
+        assert len({s.key for s in settings}) == len(settings)
+        for s in settings:
+            assert s.estimator.batching == "full" and s.plan.num_blocks == 1
+
+
+def test_an_iv_experiment_runs_end_to_end(tmp_path):
+    from dpjax.study import run_experiment
+    from experiments import registry
+
+    exp = registry()["iv_fig8"]
+    out = run_experiment(exp, tmp_path, reps=3, quick=True, progress=False,
+                         overrides={"n": "300", "num_gammas": "2", "T": "3"})
+    assert (tmp_path / "figure.png").stat().st_size > 0
+    rows = results.read_csv(tmp_path / "summary.csv")
+    assert {r["gamma1"] for r in rows} >= {1.0, 1000.0} and all(r["count"] == 3 for r in rows)
+    assert {"epsilon", "delta", "clip2_mean"} <= set(rows[0])
+    led = out.config["settings"][0]["levels"][0]["ledger"]
+    assert led["composition"] == "zcdp" and led["guarantee"]["rho"] == pytest.approx(5.0)
