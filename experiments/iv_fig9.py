@@ -63,9 +63,9 @@ def plot(iter_rows, summary, c, path):
 
     sv = np.linalg.svd(prm.theta, compute_uv=False)
     plot_panels(final_rows(iter_rows), [Panel(
-        f"p = q = r = {c['dim']}; sigma_min(Theta) = {sv[-1]:.3f}, ||Theta|| = {sv[0]:.2f}",
+        f"sigma_min(Theta) = {sv[-1]:.3f}, ||Theta|| = {sv[0]:.2f}",
         curves, x="n", xlabel="n", logx=True)], path, ylabel="mean ||beta - beta_true||_2",
-        suptitle="2S-GD vs 2SLS (spec 004 Fig. 9); error bars: 1 s.e.")
+        suptitle=f"2S-GD vs 2SLS (spec 004 Fig. 9)\np = q = r = {c['dim']}; error bars: 1 s.e.")
 
 
 EXPERIMENTS = [
