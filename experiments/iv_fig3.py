@@ -42,8 +42,9 @@ DEFAULTS = {
     "clip_consts": (1.0, 4.0),
     "calibration": "paper",
     "param_seed": 0,
+    "references": True,
 }
-QUICK = {"dims": (5,), "n_grid": (500, 2000), "clip_consts": (1.0,)}
+QUICK = {"dims": (5,), "n_grid": (500, 2000), "clip_consts": (1.0,), "references": False}
 
 
 def _check(c):
@@ -81,7 +82,8 @@ def settings(c):
                         n=n)
             out.append(Setting(key=f"dp,d={d},n={n}", columns={"method": dp.name} | cols,
                                estimator=tracked(dp), levels=levels, **base))
-            for tag, ref in (("gd", dp_iv.two_stage_gd(T)), ("2sls", dp_iv.tsls())):
+            refs = (("gd", dp_iv.two_stage_gd(T)), ("2sls", dp_iv.tsls()))
+            for tag, ref in refs if c["references"] else ():
                 ref_level = level(ref, n, rho1=INF, rho2=INF, c0=INF, **common)
                 out.append(Setting(key=f"{tag},d={d},n={n}", columns={"method": ref.name} | cols,
                                    estimator=tracked(ref), levels=(ref_level,), **base))
