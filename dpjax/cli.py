@@ -33,6 +33,12 @@ def _parse_set(items: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["demo"]:  # the demo parses its own options (and its own --help)
+        from dpjax import demo as demo_mod
+
+        demo_mod.main(argv[1:])
+        return 0
     parser = argparse.ArgumentParser(prog="dpjax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the experiments")
@@ -49,15 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto",
                      help="generate each batch inside the scan ('stream') or all data first")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
-    demo = sub.add_parser("demo", help="fit one estimator and print its privacy ledger")
-    demo.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("demo", help="fit one estimator and print its privacy ledger "
+                   "('dpjax demo --help')")
     args = parser.parse_args(argv)
-
-    if args.command == "demo":
-        from dpjax import demo as demo_mod
-
-        demo_mod.main(args.args)
-        return 0
     reg = _registry()
     if args.command == "list":
         width = max(len(n) for n in reg)
