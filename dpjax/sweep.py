@@ -53,6 +53,7 @@ __all__ = [
     "level_id",
     "make_kernel",
     "run_setting",
+    "study_function",
     "study_keys",
 ]
 
@@ -346,6 +347,38 @@ def run_setting(
         if progress is not None:
             progress(b - a)
     return {k: np.concatenate([o[k] for o in out], axis=0) for k in out[0]}
+
+
+def study_function(
+    setting: Setting,
+    *,
+    reps: int,
+    seed: int,
+    data_mode: Literal["materialize", "stream"] = "materialize",
+    num_devices: int = 1,
+) -> Callable[[PyTree], PyTree]:
+    """The study as a pure function of its hyperparameters, for ``jax.grad`` and ``jit``.
+
+    Returns ``f(hparams) -> {metric: (reps, L, num_steps + 1)}`` where ``hparams`` has a leading
+    level axis (as :meth:`Setting.hparams`). The data and noise keys are fixed (those of
+    :func:`run_setting` for ``setting.levels``), so as the hyperparameters move the draws stay
+    the same: common random numbers, which makes the Monte Carlo objective smooth in, e.g., the
+    step size. Noise scales depend on the hyperparameters through the reparameterisation
+    ``noise = scale * standard draw``, so gradients flow through them; the selections of NoisyHT
+    (argmax) are piecewise constant.
+    """
+    kernel = make_kernel(setting.estimator, setting.simulate, setting.init, setting.record,
+                         setting.plan, data_mode, num_devices)
+    data_key, noise_key = study_keys(seed, setting.key)
+    ids = jnp.asarray(setting.level_ids())
+    truth = jnp.asarray(setting.truth)
+    idx = jnp.arange(math.ceil(reps / num_devices) * num_devices, dtype=jnp.uint32)
+
+    def f(hparams: PyTree) -> PyTree:
+        out = kernel(idx, data_key, noise_key, truth, hparams, ids)
+        return jax.tree_util.tree_map(lambda x: x[:reps], out)
+
+    return f
 
 
 def default_progress(total: int, desc: str) -> Any:
