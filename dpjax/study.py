@@ -231,6 +231,8 @@ def run_experiment(
             experiment, config, out, reps, seed, chunk_size, progress, data_mode,
             memory_budget_gb, num_devices,
         )
+    if jax.process_index() != 0:  # multi-host: process 0 holds the gathered results and writes
+        return StudyOutput(out, [], [], [], {}, {})
     summary = results.summarise(rows, by)
     results.write_csv(out / "results.csv", rows)
     results.write_csv(out / "iterations.csv", iter_rows)
@@ -265,7 +267,8 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     )
     store = results.ChunkStore(out, fp)
     total = reps * len(settings)
-    bar = sweep.default_progress(total, experiment.name) if progress else None
+    show = progress and jax.process_index() == 0
+    bar = sweep.default_progress(total, experiment.name) if show else None
     traces: dict[str, dict[str, np.ndarray]] = {}
     setting_meta = []
     try:
@@ -291,7 +294,8 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     finally:
         if bar is not None:
             bar.close()
-
+    if jax.process_index() != 0:
+        return [], [], [], setting_meta, fp, traces
     rows, iter_rows = _tidy(experiment.name, settings, traces)
     level_keys = sorted({k for s in settings for lv in s.levels for k in lv})
     col_keys = list(dict.fromkeys(k for s in settings for k in s.columns))
