@@ -254,6 +254,20 @@ def run_experiment(
     return StudyOutput(out, rows, iter_rows, summary, meta, traces)
 
 
+def replot(experiment: Experiment, out_dir: str | os.PathLike) -> Path:
+    """Draw ``figure.png`` again from the CSV files of a finished run (no recomputation)."""
+    import json
+
+    out = Path(out_dir)
+    if experiment.plot is None:
+        raise ValueError(f"experiment {experiment.name!r} has no figure")
+    config = json.loads((out / "config.json").read_text())["config"]
+    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+    experiment.plot(results.read_csv(out / "iterations.csv"), results.read_csv(out / "summary.csv"),
+                    config, out / "figure.png")
+    return out / "figure.png"
+
+
 def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, data_mode,
                   memory_budget_gb, num_devices):
     settings = list(experiment.settings(config))
