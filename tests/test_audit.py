@@ -105,3 +105,25 @@ def test_audit_of_the_exact_calibration_is_nontrivial_but_sound(key):
     res, ledger = _audit(1, "gaussian", 2.0, 4.0, jax.random.fold_in(key, 2))
     assert ledger.approx_dp.epsilon == pytest.approx(4.0, rel=1e-6)
     assert 0.5 < res.epsilon_lower <= 4.0
+
+
+def test_the_same_audit_applies_to_alg5_and_flags_its_under_noising(key):
+    """Generic interface: Algorithm 5 (peeling) audited with the sparse score attack."""
+    n, d, s, T = 20, 4, 2, 2
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, (n, d)).astype(np.float32)
+    y = (rng.uniform(size=n) < 0.5).astype(np.float32)
+    x[0], y[0] = [1.0, 0.0, 0.0, 0.0], -1.0
+    data_in = GLMData(jnp.asarray(x), jnp.asarray(y))
+    data_out = audit.replace_record(data_in, 0, GLMData(jnp.asarray([-1.0, 0, 0, 0]),
+                                                        jnp.asarray(-1.0)))
+    stat = audit.glm_score_statistic(MODEL, jnp.zeros(d), x[0], y[0], support=[0, 1])
+    out = {}
+    for b in (4.0, 0.02):
+        est = dp_glm.noisy_iht(MODEL, s, T, b)
+        hp = dp_glm.default_hparams(n, 1.0, T, delta=1e-3)
+        mech = audit.estimator_mechanism(est, hp, jnp.zeros(d))
+        out[b] = audit.audit(mech, jax.random.fold_in(key, int(b * 100)), data_in, data_out,
+                             stat, num_trials=2000, delta=1e-3)
+    assert not out[4.0].violates(1.0)
+    assert out[0.02].violates(1.0)
