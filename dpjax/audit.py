@@ -202,6 +202,19 @@ def epsilon_lower_bound(
                        p_in_lo, p_out_hi, n, point)
 
 
+def _trials_fn(mechanism, statistic, num_trials: int, batch_size: int | None):
+    idx = jnp.arange(num_trials, dtype=jnp.uint32)
+
+    @jax.jit
+    def go(key, dataset):
+        def one(i):
+            return jnp.asarray(statistic(mechanism(jax.random.fold_in(key, i), dataset)))
+
+        return jax.lax.map(one, idx, batch_size=batch_size or num_trials)
+
+    return go
+
+
 def run_trials(
     mechanism: Callable[[jax.Array, PyTree], PyTree],
     statistic: Callable[[PyTree], jax.Array],
@@ -212,16 +225,7 @@ def run_trials(
 ) -> np.ndarray:
     """``statistic(mechanism(k_i, dataset))`` for ``num_trials`` keys ``k_i = fold_in(key, i)``,
     vmapped in chunks of ``batch_size`` (``lax.map``); returns a ``(num_trials,)`` array."""
-    idx = jnp.arange(num_trials, dtype=jnp.uint32)
-
-    @jax.jit
-    def go(key, dataset):
-        def one(i):
-            return jnp.asarray(statistic(mechanism(jax.random.fold_in(key, i), dataset)))
-
-        return jax.lax.map(one, idx, batch_size=batch_size or num_trials)
-
-    return np.asarray(go(key, dataset))
+    return np.asarray(_trials_fn(mechanism, statistic, num_trials, batch_size)(key, dataset))
 
 
 def audit(
@@ -256,8 +260,9 @@ def audit(
     """
     _validate.check_int_in_range(num_trials, "num_trials", 4)
     key_in, key_out = jax.random.split(key)
-    s_in = run_trials(mechanism, statistic, key_in, dataset_in, num_trials, batch_size)
-    s_out = run_trials(mechanism, statistic, key_out, dataset_out, num_trials, batch_size)
+    trials = _trials_fn(mechanism, statistic, num_trials, batch_size)  # one compile for both
+    s_in = np.asarray(trials(key_in, dataset_in))
+    s_out = np.asarray(trials(key_out, dataset_out))
     return epsilon_lower_bound(s_in, s_out, delta=delta, confidence=confidence)
 
 
