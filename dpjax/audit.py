@@ -37,6 +37,16 @@ The interface is generic: any ``mechanism(key, dataset) -> release`` (a pytree) 
 ``statistic(release) -> scalar``. :func:`estimator_mechanism` turns a dpjax
 :class:`~dpjax.base.Estimator` into such a mechanism; :func:`glm_score_statistic` is the GLM
 score attack; :func:`replace_record` builds the neighbouring data set.
+
+Example (the planted under-noising of ``tests/test_audit.py``)::
+
+    est = dp_glm.noisy_gd(GLM(), 3, "paper", b_constant=0.02)  # declares 1% of the sensitivity
+    hp = dp_glm.default_hparams(n, 1.0, 3, delta=1e-3)
+    mech = estimator_mechanism(est, hp, jnp.zeros(d))
+    stat = glm_score_statistic(GLM(), jnp.zeros(d), x_target, y_target)
+    res = audit(mech, key, data_in, replace_record(data_in, 0, other), stat,
+                num_trials=2000, delta=1e-3)
+    res.violates(1.0)  # True: the claimed epsilon = 1 is refuted at 95% confidence
 """
 
 from __future__ import annotations

@@ -49,6 +49,17 @@ algorithm, equal to the twins :func:`gd` / :func:`iht` when no record is clipped
 
 Non-private twins: :func:`gd` (gradient descent on ``L_n``) and :func:`iht` (iterative hard
 thresholding, spec 003 Algorithm 2), with no clipping at all.
+
+Example::
+
+    from dpjax.models import GLM, sphere_beta
+    model = GLM()  # logistic; GLM("linear", predictor_bound=U) etc. for the extensions
+    data = model.simulate(jax.random.key(0), 40000, sphere_beta(jax.random.key(1), 20))
+    res = fit_dp_glm(jax.random.key(2), data, model, epsilon=0.5, num_iterations=20,
+                     calibration="gaussian")
+    print(res.ledger)  # the delivered (epsilon, delta), computed from the noise added
+    sparse = fit_sparse_dp_glm(jax.random.key(3), data, model, s=4, epsilon=0.5,
+                               num_iterations=20)
 """
 
 from __future__ import annotations
