@@ -421,3 +421,24 @@ def local_mechanism(key: jax.Array, stat: BoundedStatistic, mechanism, *budget: 
         return mechanism(k, BoundedStatistic(v, stat.sensitivity, stat.norm, "local"), *budget)
 
     return jax.vmap(one)(keys, values)
+
+
+# --------------------------------------------------------------------------------------------
+# issue 5 (DP GLMs, spec 003)
+# --------------------------------------------------------------------------------------------
+
+__all__ += ["with_sensitivity_margin"]
+
+
+def with_sensitivity_margin(stat: BoundedStatistic, margin: Any) -> BoundedStatistic:
+    """Declare ``margin * stat.sensitivity`` as the sensitivity (the value is unchanged).
+
+    Papers often calibrate from a constant larger than the sensitivity they derive (spec 003:
+    ``B = 4 (R + c1) sigma_x`` where the proofs give ``2 (R + c1) sigma_x``). With
+    ``margin >= 1`` the declared sensitivity is still a valid bound and the mechanism is
+    over-noised by ``margin``; ``margin < 1`` under-noises (only for audits of a planted bug).
+    Ledgers record ``sensitivity_ratio = 1 / margin`` (true / declared) either way.
+    """
+    if not isinstance(stat, BoundedStatistic):
+        raise TypeError(f"with_sensitivity_margin takes a BoundedStatistic; got {type(stat)}")
+    return BoundedStatistic(stat.value, stat.sensitivity * margin, stat.norm, stat.relation)

@@ -1,6 +1,15 @@
 """Statistical models: simulators, E-steps and gradients, and truncated statistics with the bound
 that makes them bounded."""
 
+from dpjax.models.glm import GLM, GLMData, sparse_sphere_beta, sphere_beta
 from dpjax.models.gmm import GaussianMixture, GMMData, sparse_unit_beta
 
-__all__ = ["GMMData", "GaussianMixture", "sparse_unit_beta"]
+__all__ = [
+    "GLM",
+    "GLMData",
+    "GMMData",
+    "GaussianMixture",
+    "sparse_sphere_beta",
+    "sparse_unit_beta",
+    "sphere_beta",
+]
