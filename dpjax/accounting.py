@@ -430,7 +430,9 @@ class Ledger:
     ) -> Ledger:
         """Compose the releases by ``composition`` and record the delivered guarantee.
 
-        ``delta`` is the target delta of a zCDP -> (eps, delta) conversion.
+        ``delta`` is the target delta of a zCDP -> (eps, delta) conversion; ``conversion`` is
+        a method of :func:`zcdp_to_approx_dp`, or ``"gaussian"`` (the exact curve, only when
+        every release is a Gaussian mechanism; see :func:`gaussian_conversion`).
         """
         rel = tuple(releases)
         if not rel:
@@ -445,7 +447,10 @@ class Ledger:
             guarantee: Budget = compose_zcdp(rhos)
             if delta is None:
                 raise ValueError("composition='zcdp' needs the target delta for the conversion")
-            approx = zcdp_to_approx_dp(guarantee.rho, delta, method=conversion)
+            if conversion == "gaussian":  # exact for all-Gaussian compositions (issue 5)
+                approx = gaussian_conversion(rel, guarantee.rho, delta)
+            else:
+                approx = zcdp_to_approx_dp(guarantee.rho, delta, method=conversion)
             notes += (f"(epsilon, delta) from rho-zCDP by the {conversion!r} conversion",)
         else:
             if any(isinstance(b, ZCDP) for b, _ in per):
@@ -508,3 +513,62 @@ def _approx_to_zcdp(b: ApproxDP) -> ZCDP:
             "Gaussian-zCDP mechanism"
         )
     return pure_to_zcdp(b.epsilon)
+
+
+# --------------------------------------------------------------------------------------------
+# issue 5 (DP GLMs, spec 003): calibration by the exact Gaussian curve
+# --------------------------------------------------------------------------------------------
+
+__all__ += ["gaussian_mu_for_epsilon", "gaussian_conversion"]
+
+
+def gaussian_mu_for_epsilon(epsilon: float, delta: float) -> float:
+    """The largest ``mu = Delta / sigma`` whose Gaussian mechanism is (epsilon, delta)-DP.
+
+    Inverts the exact curve of :func:`gaussian_delta` (Balle & Wang 2018, Thm 8): the ``mu``
+    with ``gaussian_delta(mu, epsilon) = delta`` (``delta`` increases in ``mu``), by bisection on
+    ``log mu``. Since ``T`` Gaussian releases with ``mu_t`` compose to one with
+    ``mu = sqrt(sum mu_t^2)``, a run of ``T`` equal steps meets (epsilon, delta) exactly with
+    per-step ``sigma_t / Delta_t = sqrt(T) / mu``. ``epsilon = inf`` gives ``inf`` (no noise).
+    """
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must lie in (0, 1); got {delta}")
+    epsilon = float(epsilon)
+    if math.isnan(epsilon) or epsilon < 0:
+        raise ValueError(f"epsilon must lie in [0, inf]; got {epsilon}")
+    if math.isinf(epsilon):
+        return _INF
+    lo, hi = 1e-12, 1.0
+    while gaussian_delta(hi, epsilon) <= delta:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e8:  # pragma: no cover - absurd budgets
+            return hi
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        if gaussian_delta(mid, epsilon) <= delta:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-14 * hi:
+            break
+    return lo
+
+
+def gaussian_conversion(releases: Sequence[Release], rho: float, delta: float) -> ApproxDP:
+    """(epsilon, delta) of a composition of Gaussian releases with total zCDP ``rho``: exact.
+
+    A composition of Gaussian mechanisms is a Gaussian mechanism with
+    ``mu^2 = sum_t mu_t^2 = 2 rho``, so ``epsilon = gaussian_epsilon(sqrt(2 rho), delta)`` is its
+    exact (PLD-tight) curve. Valid only when every release is a Gaussian mechanism
+    (``mechanism == "gaussian-zcdp"``); used by :meth:`Ledger.build` with
+    ``conversion="gaussian"``.
+    """
+    bad = [r.mechanism for r in releases if r.mechanism != "gaussian-zcdp"]
+    if bad:
+        raise ValueError(
+            "conversion='gaussian' is exact only for compositions of Gaussian releases "
+            f"(mechanism 'gaussian-zcdp'); got {sorted(set(bad))}"
+        )
+    if not math.isfinite(rho):
+        return ApproxDP(_INF, delta)
+    return ApproxDP(gaussian_epsilon(math.sqrt(2.0 * rho), delta), delta)

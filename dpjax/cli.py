@@ -2,6 +2,7 @@
 
 ``dpjax list``                      the experiments
 ``dpjax run NAME --out DIR [...]``  run one (resumable; see ``dpjax run --help``)
+``dpjax plot NAME --out DIR``       redraw the figure of a finished run
 ``dpjax demo``                      a short example fit with its privacy ledger
 """
 
@@ -33,6 +34,12 @@ def _parse_set(items: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["demo"]:  # the demo parses its own options (and its own --help)
+        from dpjax import demo as demo_mod
+
+        demo_mod.main(argv[1:])
+        return 0
     parser = argparse.ArgumentParser(prog="dpjax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the experiments")
@@ -49,15 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto",
                      help="generate each batch inside the scan ('stream') or all data first")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
-    demo = sub.add_parser("demo", help="fit one estimator and print its privacy ledger")
-    demo.add_argument("args", nargs=argparse.REMAINDER)
+    replot = sub.add_parser("plot", help="redraw figure.png of a finished run from its CSV files")
+    replot.add_argument("name")
+    replot.add_argument("--out", required=True)
+    sub.add_parser("demo", help="fit one estimator and print its privacy ledger "
+                   "('dpjax demo --help')")
     args = parser.parse_args(argv)
-
-    if args.command == "demo":
-        from dpjax import demo as demo_mod
-
-        demo_mod.main(args.args)
-        return 0
     reg = _registry()
     if args.command == "list":
         width = max(len(n) for n in reg)
@@ -67,12 +71,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(textwrap.indent(textwrap.fill(exp.description, 88), " " * (width + 2)))
         return 0
 
-    from dpjax.study import ConfigError, run_experiment
+    from dpjax.study import ConfigError, replot, run_experiment
 
     if args.name not in reg:
         print(f"dpjax: error: unknown experiment {args.name!r}; available: "
               f"{', '.join(sorted(reg))}", file=sys.stderr)
         return 2
+    if args.command == "plot":
+        print(f"wrote {replot(reg[args.name], args.out)}")
+        return 0
     try:
         out = run_experiment(
             reg[args.name], args.out, reps=args.reps, seed=args.seed,

@@ -17,7 +17,7 @@ from dpjax.models import GaussianMixture, sparse_unit_beta
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="dpjax demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="dpjax demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=100_000)
     p.add_argument("--d", type=int, default=1000)
     p.add_argument("--s", type=int, default=10)

@@ -53,6 +53,7 @@ __all__ = [
     "laplace_multiplier",
     "laplace_noise",
     "laplace_scale",
+    "local_mechanism",
     "noise_scale",
     "noisy_hard_threshold",
     "peeling_multiplier",
@@ -384,6 +385,63 @@ def noisy_hard_threshold(
     )
     released = v + laplace_noise(key_release, (d,), b, v.dtype)
     return Peeled(jnp.where(mask, released, jnp.zeros_like(v)), support)
+
+
+# --------------------------------------------------------------------------------------------
+# Local DP: one mechanism per record
+# --------------------------------------------------------------------------------------------
+
+
+def local_mechanism(key: jax.Array, stat: BoundedStatistic, mechanism, *budget: Any) -> jax.Array:
+    """Apply ``mechanism`` independently to every record of a local statistic (axis 0).
+
+    For local DP each user randomises their own record before it leaves them: ``stat.value`` holds
+    one row per record and ``stat.sensitivity`` bounds the range of a single record's value (two
+    admissible records differ by at most that much in ``stat.norm``), with
+    ``stat.relation == "local"``. Record ``i`` is randomised with its own key ``split(key, n)[i]``,
+    so the releases are independent and each is ``budget``-DP for its user (parallel composition
+    over users).
+
+    Args:
+        key: PRNG key for all records.
+        stat: ``BoundedStatistic(values (n, ...), sensitivity, norm, relation="local")``.
+        mechanism: e.g. :func:`laplace_mechanism`, :func:`gaussian_mechanism`,
+            :func:`gaussian_mechanism_zcdp`; called as ``mechanism(key_i, record_stat, *budget)``.
+        *budget: the per-record budget arguments of ``mechanism`` (epsilon, delta, rho ...).
+
+    Returns:
+        The randomised records, shape ``stat.value.shape``.
+    """
+    if not isinstance(stat, BoundedStatistic) or stat.relation != "local":
+        raise ValueError("local_mechanism needs a BoundedStatistic with relation='local'")
+    values = jnp.asarray(stat.value)
+    keys = jax.random.split(key, values.shape[0])
+
+    def one(k, v):
+        return mechanism(k, BoundedStatistic(v, stat.sensitivity, stat.norm, "local"), *budget)
+
+    return jax.vmap(one)(keys, values)
+
+
+# --------------------------------------------------------------------------------------------
+# issue 5 (DP GLMs, spec 003)
+# --------------------------------------------------------------------------------------------
+
+__all__ += ["with_sensitivity_margin"]
+
+
+def with_sensitivity_margin(stat: BoundedStatistic, margin: Any) -> BoundedStatistic:
+    """Declare ``margin * stat.sensitivity`` as the sensitivity (the value is unchanged).
+
+    Papers often calibrate from a constant larger than the sensitivity they derive (spec 003:
+    ``B = 4 (R + c1) sigma_x`` where the proofs give ``2 (R + c1) sigma_x``). With
+    ``margin >= 1`` the declared sensitivity is still a valid bound and the mechanism is
+    over-noised by ``margin``; ``margin < 1`` under-noises (only for audits of a planted bug).
+    Ledgers record ``sensitivity_ratio = 1 / margin`` (true / declared) either way.
+    """
+    if not isinstance(stat, BoundedStatistic):
+        raise TypeError(f"with_sensitivity_margin takes a BoundedStatistic; got {type(stat)}")
+    return BoundedStatistic(stat.value, stat.sensitivity * margin, stat.norm, stat.relation)
 
 
 # --------------------------------------------------------------------------------------------

@@ -92,7 +92,8 @@ def plot_panels(
         if panel.logx:
             ax.set_xscale("log")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        many = len(panel.curves) > 6
+        ax.legend(fontsize=6 if many else 7, ncol=2 if many else 1, framealpha=0.6)
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)
     axes[0, 0].set_ylabel(ylabel)

@@ -235,6 +235,8 @@ def run_experiment(
             experiment, config, out, reps, seed, chunk_size, progress, data_mode,
             memory_budget_gb, num_devices,
         )
+    if jax.process_index() != 0:  # multi-host: process 0 holds the gathered results and writes
+        return StudyOutput(out, [], [], [], {}, {})
     summary = results.summarise(rows, by, extra=experiment.summary_extra)
     results.write_csv(out / "results.csv", rows)
     results.write_csv(out / "iterations.csv", iter_rows)
@@ -256,6 +258,20 @@ def run_experiment(
     return StudyOutput(out, rows, iter_rows, summary, meta, traces)
 
 
+def replot(experiment: Experiment, out_dir: str | os.PathLike) -> Path:
+    """Draw ``figure.png`` again from the CSV files of a finished run (no recomputation)."""
+    import json
+
+    out = Path(out_dir)
+    if experiment.plot is None:
+        raise ValueError(f"experiment {experiment.name!r} has no figure")
+    config = json.loads((out / "config.json").read_text())["config"]
+    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+    experiment.plot(results.read_csv(out / "iterations.csv"), results.read_csv(out / "summary.csv"),
+                    config, out / "figure.png")
+    return out / "figure.png"
+
+
 def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, data_mode,
                   memory_budget_gb, num_devices):
     settings = list(experiment.settings(config))
@@ -269,7 +285,8 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     )
     store = results.ChunkStore(out, fp)
     total = reps * len(settings)
-    bar = sweep.default_progress(total, experiment.name) if progress else None
+    show = progress and jax.process_index() == 0
+    bar = sweep.default_progress(total, experiment.name) if show else None
     traces: dict[str, dict[str, np.ndarray]] = {}
     setting_meta = []
     try:
@@ -295,7 +312,8 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     finally:
         if bar is not None:
             bar.close()
-
+    if jax.process_index() != 0:
+        return [], [], [], setting_meta, fp, traces
     rows, iter_rows = _tidy(experiment.name, settings, traces)
     level_keys = sorted({k for s in settings for lv in s.levels for k in lv})
     col_keys = list(dict.fromkeys(k for s in settings for k in s.columns))

@@ -53,6 +53,7 @@ __all__ = [
     "level_id",
     "make_kernel",
     "run_setting",
+    "study_function",
     "study_keys",
 ]
 
@@ -160,6 +161,8 @@ def _repetition(
     ids: jax.Array,
 ) -> PyTree:
     """All levels of repetition ``r``: returns the record with axes ``(level, iteration+1)``."""
+    data_key = _as_typed_key(data_key)
+    noise_key = _as_typed_key(noise_key)
     data_key_r = jax.random.fold_in(data_key, r)
     noise_key_r = jax.random.fold_in(noise_key, r)
     level_keys = jax.vmap(jax.random.fold_in, (None, 0))(noise_key_r, ids)
@@ -207,6 +210,20 @@ def _repetition(
     )
 
 
+def _as_typed_key(key: jax.Array) -> jax.Array:
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    return jax.random.wrap_key_data(key)
+
+
+def _rep_sharding(num_devices: int) -> tuple[Any, Any]:
+    mesh = jax.make_mesh(
+        (num_devices,), ("reps",), devices=jax.devices()[:num_devices],
+        axis_types=(jax.sharding.AxisType.Auto,),
+    )
+    return mesh, NamedSharding(mesh, P("reps"))
+
+
 def make_kernel(
     estimator: Estimator,
     simulate: Callable,
@@ -249,15 +266,12 @@ def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_device
 
     if num_devices == 1:
         return jax.jit(chunk)
-    mesh = jax.make_mesh(
-        (num_devices,), ("reps",), devices=jax.devices()[:num_devices],
-        axis_types=(jax.sharding.AxisType.Auto,),
-    )
+    mesh, by_rep = _rep_sharding(num_devices)
     sharded = jax.shard_map(
         chunk, mesh=mesh, in_specs=(P("reps"), P(), P(), P(), P(), P()), out_specs=P("reps"),
         check_vma=False,
     )
-    by_rep, replicated = NamedSharding(mesh, P("reps")), NamedSharding(mesh, P())
+    replicated = NamedSharding(mesh, P())
     return jax.jit(sharded, in_shardings=(by_rep,) + (replicated,) * 5)
 
 
@@ -319,19 +333,39 @@ def run_setting(
         setting.estimator, setting.simulate, setting.init, setting.record, setting.plan,
         data_mode, devices,
     )
-    data_key, noise_key = study_keys(seed, setting.key)
-    hparams = setting.hparams(levels)
-    ids = jnp.asarray(setting.level_ids(levels))
-    truth = jnp.asarray(setting.truth)
+    # Host (NumPy) inputs: valid global values under multi-process JAX as well.
+    data_key, noise_key = (
+        np.asarray(jax.random.key_data(k)) for k in study_keys(seed, setting.key)
+    )
+    hparams = jax.tree_util.tree_map(np.asarray, setting.hparams(levels))
+    ids = setting.level_ids(levels)
+    truth = np.asarray(setting.truth)
+    multi = jax.process_count() > 1
+    rep_sharding = _rep_sharding(devices)[1] if devices > 1 else None
     # Pad every chunk to a common multiple of the device count: one shape, one compile.
     padded = math.ceil(chunk_size / devices) * devices
     out = []
     for i, (a, b) in enumerate(chunk_bounds(reps, chunk_size)):
-        if store is not None and store.has(setting.key, i):
-            arr = store.load(setting.key, i)
+        done = store is not None and store.has(setting.key, i)
+        if multi:  # every process must take the same branch: process 0 decides
+            from jax.experimental import multihost_utils
+
+            done = bool(multihost_utils.broadcast_one_to_all(np.asarray(done)))
+        if done:
+            arr = store.load(setting.key, i) if jax.process_index() == 0 else None
         else:
             idx = np.arange(a, a + padded, dtype=np.uint32)
-            res = jax.device_get(kernel(jnp.asarray(idx), data_key, noise_key, truth, hparams, ids))
+            if rep_sharding is not None:
+                reps_in = jax.make_array_from_callback((padded,), rep_sharding,
+                                                       lambda index, idx=idx: idx[index])
+            else:
+                reps_in = idx
+            res = kernel(reps_in, data_key, noise_key, truth, hparams, ids)
+            if multi:
+                from jax.experimental import multihost_utils
+
+                res = multihost_utils.process_allgather(res, tiled=True)
+            res = jax.device_get(res)
             if not isinstance(res, dict):
                 raise TypeError("a setting's record must return a dict of named metrics")
             arr = {k: np.asarray(v)[: b - a] for k, v in res.items()}
@@ -340,12 +374,46 @@ def run_setting(
                 raise FloatingPointError(
                     f"setting {setting.key!r}: non-finite {bad} in repetitions {a}..{b - 1}"
                 )
-            if store is not None:
+            if store is not None and jax.process_index() == 0:
                 store.save(setting.key, i, arr)
         out.append(arr)
         if progress is not None:
             progress(b - a)
+    if any(o is None for o in out):  # a non-zero process skipped chunks process 0 had stored
+        return {}
     return {k: np.concatenate([o[k] for o in out], axis=0) for k in out[0]}
+
+
+def study_function(
+    setting: Setting,
+    *,
+    reps: int,
+    seed: int,
+    data_mode: Literal["materialize", "stream"] = "materialize",
+    num_devices: int = 1,
+) -> Callable[[PyTree], PyTree]:
+    """The study as a pure function of its hyperparameters, for ``jax.grad`` and ``jit``.
+
+    Returns ``f(hparams) -> {metric: (reps, L, num_steps + 1)}`` where ``hparams`` has a leading
+    level axis (as :meth:`Setting.hparams`). The data and noise keys are fixed (those of
+    :func:`run_setting` for ``setting.levels``), so as the hyperparameters move the draws stay
+    the same: common random numbers, which makes the Monte Carlo objective smooth in, e.g., the
+    step size. Noise scales depend on the hyperparameters through the reparameterisation
+    ``noise = scale * standard draw``, so gradients flow through them; the selections of NoisyHT
+    (argmax) are piecewise constant.
+    """
+    kernel = make_kernel(setting.estimator, setting.simulate, setting.init, setting.record,
+                         setting.plan, data_mode, num_devices)
+    data_key, noise_key = (jax.random.key_data(k) for k in study_keys(seed, setting.key))
+    ids = jnp.asarray(setting.level_ids())
+    truth = jnp.asarray(setting.truth)
+    idx = jnp.arange(math.ceil(reps / num_devices) * num_devices, dtype=jnp.uint32)
+
+    def f(hparams: PyTree) -> PyTree:
+        out = kernel(idx, data_key, noise_key, truth, hparams, ids)
+        return jax.tree_util.tree_map(lambda x: x[:reps], out)
+
+    return f
 
 
 def default_progress(total: int, desc: str) -> Any:

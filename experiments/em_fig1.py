@@ -34,7 +34,7 @@ DEFAULTS = {
     "n_base": 4000,
     "s_base": 10,
     "eps_base": 0.5,
-    "large_n": (20000, 50000, 100000),
+    "large_n": (20000, 50000, 100000, 200000),
     "truncation_const": 1.0,
     "init_radius": 0.125,
 }

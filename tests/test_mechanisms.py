@@ -267,3 +267,22 @@ def test_clip_linf():
     x = jnp.array([-5.0, -0.5, 0.5, 5.0])
     np.testing.assert_array_equal(np.asarray(M.clip_linf(x, 1.0)), [-1.0, -0.5, 0.5, 1.0])
     np.testing.assert_array_equal(np.asarray(M.clip_linf(x, jnp.inf)), np.asarray(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# Local DP
+# ---------------------------------------------------------------------------------------------
+
+
+def test_local_mechanism_randomises_each_record_independently_at_the_right_scale(key):
+    n, d, sens, eps = 4000, 5, 2.0, 0.5
+    records = jnp.tile(jnp.arange(d, dtype=jnp.float32), (n, 1))
+    stat = M.BoundedStatistic(records, jnp.float32(sens), "l1", "local")
+    out = np.asarray(M.local_mechanism(key, stat, M.laplace_mechanism, eps))
+    noise = out - np.asarray(records)
+    assert_scale_with_power(noise, "laplace", sens / eps)
+    # independent across records: no two rows share their noise, and rows are uncorrelated
+    assert np.unique(noise[:, 0]).size == n
+    assert abs(np.corrcoef(noise[:-1, 0], noise[1:, 0])[0, 1]) < 0.05
+    with pytest.raises(ValueError, match="relation='local'"):
+        M.local_mechanism(key, _stat(np.zeros((3, 2)), 1.0, "l1"), M.laplace_mechanism, eps)

@@ -1,0 +1,50 @@
+"""Pieces shared by the DP GLM experiments (spec 003)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax.models.glm import sparse_sphere_beta
+
+INF = math.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class ZeroInit:
+    """``beta0 = 0`` (every experiment of the paper): data-independent."""
+
+    def __call__(self, key: jax.Array, truth: jax.Array) -> jax.Array:
+        del key
+        return jnp.zeros_like(truth)
+
+
+@dataclasses.dataclass(frozen=True)
+class GLMRecord:
+    """Per iteration: ``error = ||beta_t - beta||_2``, ``log_sq_error = log ||beta_t - beta||^2``
+    (the paper's y-axis) and ``support_recall`` = the fraction of ``supp(beta)`` among the
+    non-zeros of ``beta_t`` (1 for dense iterates)."""
+
+    def __call__(self, state, truth: jax.Array) -> dict[str, jax.Array]:
+        diff = state.beta - truth
+        sq = jnp.sum(diff * diff)
+        on = truth != 0
+        hit = jnp.sum(on & (state.beta != 0)) / jnp.maximum(jnp.sum(on), 1)
+        return {"error": jnp.sqrt(sq), "log_sq_error": jnp.log(sq),
+                "support_recall": hit.astype(sq.dtype)}
+
+
+def truth(seed: int, d: int, s: int | None = None) -> np.ndarray:
+    """``beta`` uniform on the unit sphere (on the first ``s`` coordinates if ``s``), drawn once
+    per ``(d, s)`` from ``seed`` so every curve of a panel has the same ``beta``."""
+    s = d if s is None else s
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), d), s)
+    return np.asarray(sparse_sphere_beta(key, d, s))
+
+
+def eps_label(e: float) -> str:
+    return "non-private" if math.isinf(e) else f"eps={e:g}"

@@ -1,0 +1,68 @@
+"""The dpjax command: list, run (small configurations), --set errors, and the installed script."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from dpjax import cli, results
+
+SMALL = ["--set", "d=40", "--set", "n_grid=800,1000", "--set", "s_grid=2,3",
+         "--set", "n_base=800", "--set", "s_base=3", "--set", "large_n=3000",
+         "--set", "eps_grid=0.5,2"]
+
+
+def test_list_names_the_experiments(capsys):
+    assert cli.main(["list"]) == 0
+    assert "em_fig1" in capsys.readouterr().out
+
+
+def test_run_writes_the_results_files_and_figure(tmp_path, capsys):
+    out = tmp_path / "fig1"
+    args = ["run", "em_fig1", "--out", str(out), "--quick", "--reps", "2", "--no-progress"]
+    assert cli.main(args + SMALL) == 0
+    for name in ("results.csv", "iterations.csv", "summary.csv", "config.json", "figure.png"):
+        assert (out / name).stat().st_size > 0, name
+    rows = results.read_csv(out / "results.csv")
+    assert {r["n"] for r in rows} == {800, 1000, 3000}
+    assert {r["epsilon"] for r in rows if r["n"] == 800 and r["s"] == 3} == {0.5, 2.0, float("inf")}
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["quick"] is True and cfg["config"]["d"] == 40
+    # the run is resumable: the same command again computes nothing new and rewrites the files
+    assert cli.main(args + SMALL) == 0
+    assert results.read_csv(out / "results.csv") == rows
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--set", "d=abc"], "--set d: expected an integer, got 'abc'"),
+        (["--set", "nope=1"], "--set nope: unknown setting for experiment 'em_fig1'"),
+        (["--set", "eps_grid=0.5,-1"], "--set eps_grid: every epsilon must be > 0"),
+        (["--set", "d=2"], "--set d: d must be at least the largest sparsity"),
+        (["--reps", "0"], "--reps must be >= 1"),
+    ],
+)
+def test_bad_settings_fail_with_a_clear_message(tmp_path, capsys, extra, message):
+    code = cli.main(["run", "em_fig1", "--out", str(tmp_path), "--no-progress"] + extra)
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_experiment(tmp_path, capsys):
+    assert cli.main(["run", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown experiment 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("dpjax") is None, reason="console script not installed")
+def test_installed_console_script_lists_experiments():
+    out = subprocess.run(["dpjax", "list"], capture_output=True, text=True, check=True)
+    assert "em_fig1" in out.stdout
+
+
+def test_module_entry_point_runs_the_demo_help():
+    out = subprocess.run([sys.executable, "-m", "dpjax.cli", "demo", "--help"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "--epsilon" in out.stdout

@@ -1,0 +1,481 @@
+"""DP GLMs (spec 003 Algorithms 1 and 5): sensitivity on adversarial neighbours, noise scales
+against the paper's formulas (with power), the tighter calibration against dp_accounting, the
+epsilon=inf limits against statsmodels / closed forms / an independent numpy IHT, determinism,
+compilation, ledgers and input validation."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import statsmodels.api as sm
+
+from dpjax import accounting, base
+from dpjax._validate import ClassicGaussianWarning, DPJaxWarning
+from dpjax.algorithms import dp_glm
+from dpjax.models.glm import GLM, GLMData, decode_design, sparse_sphere_beta, sphere_beta
+from tests.helpers import assert_scale_with_power, compile_count, same_key
+
+LOGISTIC = GLM()
+FAMILIES = [GLM(), GLM("linear", predictor_bound=2.0), GLM("poisson", predictor_bound=1.0)]
+
+
+def _problem(n=200, d=5, seed=0, model=LOGISTIC, s=None):
+    key_b, key_d = jax.random.split(jax.random.key(seed))
+    beta = sphere_beta(key_b, d) if s is None else sparse_sphere_beta(key_b, d, s)
+    return np.asarray(beta), model.simulate(key_d, n, beta)
+
+
+def _hp(eps, delta=1e-3, eta=1.0, R=1.0, rho=None, T=1, calibration="paper", n=200):
+    hp = dp_glm.default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R,
+                                calibration=calibration)
+    if rho is not None:
+        hp = hp._replace(rho=np.float32(rho))
+    return jax.tree_util.tree_map(jnp.asarray, hp)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sensitivity on adversarial neighbours
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", FAMILIES, ids=lambda m: m.family)
+def test_l2_sensitivity_attained_by_an_adversarial_neighbour(model):
+    """Algorithm 1: two records on either side of e2, both with psi' -> c1 and y = -R, differ
+    by 2 (R + c1) sigma_x sqrt(d) / n in l2 (the bound, attained as ||beta|| -> inf)."""
+    n, d, R = 50, 6, 1.5
+    _, data = _problem(n=n, d=d, model=model)
+    beta_t = jnp.zeros(d).at[0].set(1e4)  # any public iterate: a large one attains the bound
+    r = math.sqrt(d)  # sigma_x sqrt(d), sigma_x = 1
+    c, s_ = 1e-2, math.sqrt(1 - 1e-4)
+    xa = np.zeros(d, np.float32)
+    xa[0], xa[1] = c * r, s_ * r
+    xb = xa.copy()
+    xb[1] = -s_ * r
+    x1, x2 = np.asarray(data.x).copy(), np.asarray(data.x).copy()
+    x1[7], x2[7] = xa * 3.0, xb * 3.0  # outside the ball: the clip brings them back
+    y1, y2 = np.asarray(data.y).copy(), np.asarray(data.y).copy()
+    y1[7] = y2[7] = -100.0  # clipped to -R
+    g1 = model.clipped_gradient(beta_t, GLMData(jnp.asarray(x1), jnp.asarray(y1)), R, "l2")
+    g2 = model.clipped_gradient(beta_t, GLMData(jnp.asarray(x2), jnp.asarray(y2)), R, "l2")
+    bound = 2 * (R + model.c1) * r / n
+    assert g1.norm == "l2" and g1.relation == "replace-one"
+    assert float(g1.sensitivity) == pytest.approx(bound, rel=1e-6)
+    gap = float(jnp.linalg.norm(g1.value - g2.value))
+    assert gap <= bound * (1 + 1e-5)
+    assert gap >= 0.99 * bound  # tight
+    # Random (heavy-tailed) replacements never exceed it, for moderate iterates too.
+    rng = np.random.default_rng(3)
+    for scale in (0.3, 30.0):
+        bt = jnp.asarray(rng.normal(size=d) * scale, jnp.float32)
+        g0 = model.clipped_gradient(bt, data, R, "l2")
+        for _ in range(10):
+            xc, yc = np.asarray(data.x).copy(), np.asarray(data.y).copy()
+            i = rng.integers(n)
+            xc[i] = rng.standard_cauchy(d) * 100
+            yc[i] = rng.standard_cauchy() * 100
+            gc = model.clipped_gradient(bt, GLMData(jnp.asarray(xc), jnp.asarray(yc)), R, "l2")
+            assert float(jnp.linalg.norm(g0.value - gc.value)) <= bound * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("model", FAMILIES, ids=lambda m: m.family)
+def test_linf_sensitivity_attained_by_an_adversarial_neighbour(model):
+    """Algorithm 5: x_j = +sigma_x vs -sigma_x with psi' -> c1 and y = -R on both: the
+    coordinate moves by 2 (R + c1) sigma_x / n."""
+    n, d, R = 50, 6, 0.7
+    _, data = _problem(n=n, d=d, model=model)
+    beta_t = jnp.zeros(d).at[0].set(1e4)
+    xa = np.full(d, 0.0, np.float32)
+    xa[0], xa[3] = 5.0, 5.0  # clipped to the box [-1, 1]
+    xb = xa.copy()
+    xb[3] = -5.0
+    x1, x2 = np.asarray(data.x).copy(), np.asarray(data.x).copy()
+    x1[11], x2[11] = xa, xb
+    y = np.asarray(data.y).copy()
+    y[11] = -50.0
+    g1 = model.clipped_gradient(beta_t, GLMData(jnp.asarray(x1), jnp.asarray(y)), R, "linf")
+    g2 = model.clipped_gradient(beta_t, GLMData(jnp.asarray(x2), jnp.asarray(y)), R, "linf")
+    bound = 2 * (R + model.c1) / n
+    assert float(g1.sensitivity) == pytest.approx(bound, rel=1e-6)
+    gap = float(jnp.max(jnp.abs(g1.value - g2.value)))
+    assert bound * 0.999 <= gap <= bound * (1 + 1e-5)
+
+
+def test_declared_step_sensitivity_is_the_printed_B():
+    """The step statistic's declared sensitivity is eta B sqrt(d)/n, B = 4 (R + c1) sigma_x."""
+    n, d, eta, R = 200, 5, 0.7, 1.0
+    _, data = _problem(n=n, d=d)
+    beta = jnp.ones(d) * 0.1
+    from dpjax.mechanisms import with_sensitivity_margin
+
+    stat = with_sensitivity_margin(LOGISTIC.clipped_gradient(beta, data, R, "l2"), 2.0)
+    stat = stat.scale(-eta).shift(beta)
+    assert float(stat.sensitivity) == pytest.approx(eta * 8 * math.sqrt(d) / n, rel=1e-6)
+
+
+def test_clipping_is_the_identity_on_the_simulated_design_and_enforced_otherwise(key):
+    beta, data = _problem(n=300, d=4)
+    x = np.asarray(data.x)
+    assert np.abs(x).max() < 1
+    np.testing.assert_array_equal(np.asarray(LOGISTIC.clip_design(data.x, "linf")), x)
+    np.testing.assert_allclose(np.asarray(LOGISTIC.clip_design(data.x, "l2")), x, rtol=1e-6)
+    # A record far outside is clipped: the fit equals the fit on the pre-clipped data.
+    xo = x.copy()
+    xo[5] = [40.0, -3.0, 0.5, 9.0]
+    xc = xo.copy()
+    xc[5] = xo[5] / np.linalg.norm(xo[5]) * 2.0  # l2 ball of radius sigma_x sqrt(4) = 2
+    a = dp_glm.fit_dp_glm(same_key(key), (xo, data.y), LOGISTIC, epsilon=0.5, num_iterations=3)
+    b = dp_glm.fit_dp_glm(same_key(key), (xc, data.y), LOGISTIC, epsilon=0.5, num_iterations=3)
+    np.testing.assert_allclose(a.trace, b.trace, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Noise scales against the formulas, with power
+# ---------------------------------------------------------------------------------------------
+
+
+def test_noise_formulas_match_the_spec_examples():
+    # spec 003 §7.1 item 1
+    s1 = dp_glm.noise_scale_alg1(40000, 20, 0.5, 1 / 80000, 10)
+    assert s1 == pytest.approx(8 * 10 * math.sqrt(2 * 20 * math.log(2 * 10 * 80000)) / 20000)
+    assert s1 == pytest.approx(0.0956, abs=5e-4)
+    b5 = dp_glm.noise_scale_alg5(40000, 20, 0.5, 1 / 80000, 10)
+    assert b5 == pytest.approx(2 * 8 * 10 * math.sqrt(3 * 20 * math.log(10 * 80000)) / 20000)
+    assert b5 == pytest.approx(0.2285, abs=5e-4)
+    # Changing T changes the noise (budget split over T iterations).
+    assert dp_glm.noise_scale_alg1(40000, 20, 0.5, 1 / 80000, 20) > 2 * s1
+
+
+def _step_draws(estimator, hp, beta_t, data, n_draws, key):
+    state = estimator.init(beta_t)
+    keys = jax.random.split(key, n_draws)
+    return jax.jit(jax.vmap(lambda k: estimator.step(k, state, data, hp)))(keys)
+
+
+@pytest.mark.parametrize("calibration", ["paper", "gaussian"])
+def test_alg1_step_noise_scale_with_power(key, calibration):
+    n, d, T, eps, delta, eta = 200, 5, 10, 0.8, 1e-3, 0.5
+    _, data = _problem(n=n, d=d)
+    beta_t = jnp.asarray([0.3, -0.2, 0.1, 0.0, 0.5], jnp.float32)
+    est = dp_glm.noisy_gd(LOGISTIC, T, calibration)
+    hp = _hp(eps, delta, eta, T=T, calibration=calibration, n=n)
+    mean = np.asarray(beta_t - eta * LOGISTIC.clipped_gradient(beta_t, data, 1.0, "l2").value)
+    new, info = _step_draws(est, hp, beta_t, data, 4000, key)
+    sens = eta * 8 * math.sqrt(d) / n
+    if calibration == "paper":  # eta B T sqrt(2 d log(2T/delta)) / (n eps)
+        sigma = sens * T * math.sqrt(2 * math.log(2 * T / delta)) / eps
+    else:  # per-step mu_t = mu*/sqrt(T), mu* from the exact Gaussian curve
+        sigma = sens * math.sqrt(T) / accounting.gaussian_mu_for_epsilon(eps, delta)
+    assert sigma == pytest.approx(dp_glm.noise_scale_alg1(
+        n, d, eps, delta, T, eta=eta, calibration=calibration), rel=1e-6)
+    np.testing.assert_allclose(np.asarray(info.noise_scale), sigma, rtol=1e-4)
+    assert_scale_with_power(np.asarray(new.beta) - mean, "norm", sigma)
+
+
+def test_alg5_peeling_noise_scale_with_power(key):
+    n, d, s, T, eps, delta, eta = 200, 12, 4, 5, 2.0, 1e-3, 1.0
+    _, data = _problem(n=n, d=d)
+    beta_t = jnp.zeros(d, jnp.float32)
+    est = dp_glm.noisy_iht(LOGISTIC, s, T)
+    hp = _hp(eps, delta, eta, T=T, n=n)
+    v = np.asarray(beta_t - eta * LOGISTIC.clipped_gradient(beta_t, data, 1.0, "linf").value)
+    new, info = _step_draws(est, hp, beta_t, data, 3000, key)
+    b = 2 * eta * 8 * T * math.sqrt(3 * s * math.log(T / delta)) / (n * eps)
+    np.testing.assert_allclose(np.asarray(info.noise_scale), b, rtol=1e-5)
+    sup = np.asarray(info.support)
+    betas = np.asarray(new.beta)
+    assert ((betas != 0).sum(axis=1) == s).all()
+    assert all(len(set(row.tolist())) == s for row in sup)  # s distinct coordinates
+    resid = np.take_along_axis(betas, sup, 1) - v[sup]
+    assert_scale_with_power(resid, "laplace", b)
+
+
+def test_epsilon_inf_gives_exactly_zero_noise(key):
+    _, data = _problem()
+    beta_t = jnp.asarray([0.3, -0.2, 0.1, 0.0, 0.5], jnp.float32)
+    for cal in dp_glm.CALIBRATIONS:
+        est = dp_glm.noisy_gd(LOGISTIC, 4, cal)
+        new, info = est.step(jax.random.fold_in(key, len(cal)), est.init(beta_t), data,
+                             _hp(np.inf, T=4, calibration=cal))
+        ref = beta_t - LOGISTIC.gradient(beta_t, data)
+        np.testing.assert_array_equal(np.asarray(new.beta), np.asarray(ref))
+        assert float(info.noise_scale) == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The tighter calibration against dp_accounting
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("eps,T", [(0.5, 10), (0.5, 50), (2.0, 20)])
+def test_tight_calibrations_checked_against_dp_accounting(eps, T):
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    n, delta = 40000, 1 / 80000
+    for cal in ("gaussian", "zcdp"):
+        hp = dp_glm.default_hparams(n, eps, T, calibration=cal)
+        led = dp_glm.noisy_gd(LOGISTIC, T, cal, 2.0).ledger(n, hp)  # B = true bound
+        (rel,) = led.releases
+        m = rel.multiplier  # sigma_t / Delta
+        exact = pld.from_gaussian_mechanism(
+            standard_deviation=m, sensitivity=1.0, value_discretization_interval=1e-4,
+        ).self_compose(T).get_epsilon_for_delta(delta)
+        assert exact <= eps * (1 + 1e-3)  # delivers the requested budget ...
+        if cal == "gaussian":
+            assert exact == pytest.approx(eps, rel=5e-3)  # ... exactly
+            assert led.approx_dp.epsilon == pytest.approx(eps, rel=1e-6)
+        else:
+            assert exact > 0.85 * eps and led.approx_dp.epsilon == pytest.approx(eps, rel=1e-4)
+    # And far less noise than the paper's basic composition.
+    paper = dp_glm.noise_scale_alg1(n, 20, eps, delta, T)
+    tight = dp_glm.noise_scale_alg1(n, 20, eps, delta, T, calibration="gaussian")
+    assert tight < paper / 3
+
+
+def test_ledger_with_the_printed_b_delivers_more_than_requested():
+    n, T, eps, delta = 40000, 10, 0.5, 1 / 80000
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    hp = dp_glm.default_hparams(n, eps, T, calibration="gaussian")
+    led = dp_glm.noisy_gd(LOGISTIC, T, "gaussian").ledger(n, hp)  # b = 4: true/declared = 1/2
+    (rel,) = led.releases
+    assert rel.sensitivity_ratio == 0.5
+    exact = pld.from_gaussian_mechanism(
+        standard_deviation=rel.multiplier, sensitivity=0.5, value_discretization_interval=1e-4,
+    ).self_compose(T).get_epsilon_for_delta(delta)
+    assert led.approx_dp.epsilon == pytest.approx(exact, rel=5e-3)
+    assert led.approx_dp.epsilon < 0.5 * eps
+
+
+# ---------------------------------------------------------------------------------------------
+# epsilon = inf against independent references
+# ---------------------------------------------------------------------------------------------
+
+
+def test_epsilon_inf_alg1_converges_to_the_statsmodels_logistic_mle(key):
+    beta, data = _problem(n=400, d=3, seed=4)
+    x, y = np.asarray(data.x, np.float64), np.asarray(data.y, np.float64)
+    mle = sm.Logit(y, x).fit(disp=0, tol=1e-12).params
+    res = dp_glm.fit_dp_glm(key, data, LOGISTIC, epsilon=np.inf, num_iterations=400, eta=4.0)
+    np.testing.assert_allclose(res.estimate, mle, atol=2e-4)
+    assert not res.ledger.is_private
+
+
+@pytest.mark.parametrize("family", ["linear", "poisson"])
+def test_epsilon_inf_twins_of_the_extensions_match_references(key, family):
+    model = GLM(family, predictor_bound=np.inf, noise_sd=0.5)
+    beta, data = _problem(n=400, d=3, seed=5, model=model)
+    x, y = np.asarray(data.x, np.float64), np.asarray(data.y, np.float64)
+    if family == "linear":
+        ref = np.linalg.lstsq(x, y, rcond=None)[0]  # closed form
+    else:
+        ref = sm.GLM(y, x, family=sm.families.Poisson()).fit(tol=1e-12).params
+    res = dp_glm.fit_dp_glm(key, data, model, epsilon=np.inf, num_iterations=400, eta=2.0)
+    np.testing.assert_allclose(res.estimate, ref, atol=2e-4)
+
+
+def test_alg1_at_epsilon_inf_equals_the_gd_twin(key):
+    _, data = _problem()
+    hp = _hp(np.inf, T=6)
+    b0 = jnp.zeros(5)
+    a = base.run(dp_glm.noisy_gd(LOGISTIC, 6), key, data, dp_glm.GLMState(b0), hp)[1].beta
+    b = base.run(dp_glm.gd(LOGISTIC, 6), jax.random.key(0), data, dp_glm.GLMState(b0), hp)[1].beta
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+def _numpy_iht(x, y, s, eta, T):
+    """Logistic IHT (spec 003 Algorithm 2), written from the paper."""
+    n, d = x.shape
+    beta = np.zeros(d)
+    path = []
+    for _ in range(T):
+        p = 1.0 / (1.0 + np.exp(-(x @ beta)))
+        half = beta - eta * x.T @ (p - y) / n
+        keep = np.argsort(-np.abs(half), kind="stable")[:s]
+        beta = np.zeros(d)
+        beta[keep] = half[keep]
+        path.append(beta)
+    return np.array(path)
+
+
+def test_non_private_iht_and_alg5_at_inf_equal_a_numpy_iht(key):
+    beta, data = _problem(n=300, d=12, s=3, seed=6)
+    ref = _numpy_iht(np.asarray(data.x, np.float64), np.asarray(data.y, np.float64), 4, 1.0, 8)
+    hp = _hp(np.inf, T=8, n=300)
+    b0 = dp_glm.GLMState(jnp.zeros(12))
+    twin = base.run(dp_glm.iht(LOGISTIC, 4, 8), key, data, b0, hp)[1].beta
+    np.testing.assert_allclose(np.asarray(twin), ref, rtol=2e-5, atol=2e-6)
+    res = dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, 1), data, LOGISTIC, s=4,
+                                   epsilon=np.inf, num_iterations=8)
+    np.testing.assert_allclose(res.trace, ref, rtol=2e-5, atol=2e-6)
+
+
+def test_row_blocks_and_the_uint8_grid_design_change_nothing(key):
+    beta = sphere_beta(jax.random.key(1), 8)
+    grid = GLM(design="grid8")
+    data = grid.simulate(key, 210, beta)
+    assert data.x.dtype == jnp.uint8
+    x = np.asarray(decode_design(data.x))
+    levels = np.unique(x)
+    assert levels.size <= 256 and np.abs(x).max() == pytest.approx(255 / 256)
+    blocked = GLM(design="grid8", row_block=64)  # 3 blocks of 64 and a remainder of 18
+    b = jnp.linspace(-1, 1, 8)
+    g1 = grid.clipped_gradient(b, data, 1.0, "linf")
+    g2 = blocked.clipped_gradient(b, data, 1.0, "linf")
+    np.testing.assert_allclose(np.asarray(g1.value), np.asarray(g2.value), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(grid.gradient(b, data)),
+                               np.asarray(blocked.gradient(b, data)), rtol=1e-5, atol=1e-7)
+    d2 = blocked.simulate(same_key(key), 210, beta)
+    np.testing.assert_array_equal(np.asarray(d2.y), np.asarray(data.y))
+
+
+# ---------------------------------------------------------------------------------------------
+# Determinism, compilation, ledgers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_determinism_under_a_fixed_key(key):
+    _, data = _problem()
+    r1 = dp_glm.fit_dp_glm(same_key(key), data, LOGISTIC, epsilon=0.5, num_iterations=5)
+    r2 = dp_glm.fit_dp_glm(same_key(key), data, LOGISTIC, epsilon=0.5, num_iterations=5)
+    r3 = dp_glm.fit_dp_glm(jax.random.fold_in(key, 1), data, LOGISTIC, epsilon=0.5,
+                           num_iterations=5)
+    np.testing.assert_array_equal(r1.trace, r2.trace)
+    assert not np.array_equal(r1.trace, r3.trace)
+    s1 = dp_glm.fit_sparse_dp_glm(same_key(key), data, LOGISTIC, s=2, epsilon=0.5,
+                                  num_iterations=5)
+    s2 = dp_glm.fit_sparse_dp_glm(same_key(key), data, LOGISTIC, s=2, epsilon=0.5,
+                                  num_iterations=5)
+    np.testing.assert_array_equal(s1.trace, s2.trace)
+
+
+def test_no_recompile_when_swept_values_change(key):
+    _, data = _problem(seed=7)
+    assert dp_glm.noisy_gd(LOGISTIC, 5) is dp_glm.noisy_gd(LOGISTIC, 5, "paper", 4)
+    dp_glm.fit_dp_glm(jax.random.fold_in(key, 0), data, LOGISTIC, epsilon=0.5, num_iterations=5,
+                      calibration="gaussian")
+    dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, 9), data, LOGISTIC, s=2, epsilon=0.5,
+                             num_iterations=5)
+    before = compile_count(dp_glm._run_jit)
+    for i, (eps, eta, R) in enumerate([(0.3, 0.5, 1.0), (0.9, 0.4, 2.0), (np.inf, 1.0, 1.5)]):
+        dp_glm.fit_dp_glm(jax.random.fold_in(key, i + 1), data, LOGISTIC, epsilon=eps, eta=eta,
+                          truncation=R, delta=1e-4, num_iterations=5, calibration="gaussian")
+        dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, i + 11), data, LOGISTIC, s=2,
+                                 epsilon=eps, eta=eta, truncation=R, num_iterations=5)
+    assert compile_count(dp_glm._run_jit) == before
+
+
+def test_ledgers_report_the_delivered_guarantee():
+    n, T, eps = 1000, 10, 0.5
+    delta = 1 / (2 * n)
+    hp = dp_glm.default_hparams(n, eps, T)
+    paper = dp_glm.noisy_gd(LOGISTIC, T).ledger(n, hp)
+    assert paper.composition == "basic" and paper.is_private
+    (rel,) = paper.releases
+    assert rel.count == T and rel.delta == pytest.approx(delta / T) and rel.log_constant == 2.0
+    # The printed B = 4(R + c1) sigma_x is twice the sensitivity: (eps/2, delta) delivered.
+    assert paper.guarantee.epsilon == pytest.approx(eps / 2)
+    assert paper.guarantee.delta == pytest.approx(delta)
+    exact_b = dp_glm.noisy_gd(LOGISTIC, T, "paper", 2.0).ledger(n, hp)
+    assert exact_b.guarantee.epsilon == pytest.approx(eps)
+    under = dp_glm.noisy_gd(LOGISTIC, T, "paper", 0.2).ledger(n, hp)
+    assert under.guarantee.epsilon == pytest.approx(10 * eps)
+    assert any("UNDER-NOISED" in note for note in under.notes)
+    unsplit = dp_glm.noisy_gd(LOGISTIC, T, "unsplit").ledger(n, hp)
+    assert "NOT (eps, delta)-DP" in unsplit.variant
+    assert unsplit.guarantee.epsilon == pytest.approx(T * eps / 2)
+    sparse = dp_glm.noisy_iht(LOGISTIC, 4, T).ledger(n, hp)
+    assert sparse.releases[0].mechanism == "noisy-ht" and sparse.releases[0].s == 4
+    assert sparse.guarantee.epsilon == pytest.approx(eps / 2)
+    assert not dp_glm.iht(LOGISTIC, 4, T).ledger(n, hp).is_private
+    assert not dp_glm.noisy_gd(LOGISTIC, T).ledger(n, dp_glm.default_hparams(n, np.inf, T)
+                                                   ).is_private
+
+
+def test_linear_and_poisson_extensions_are_private_only_with_a_predictor_clip(key):
+    model = GLM("poisson", predictor_bound=1.0)
+    _, data = _problem(model=model)
+    res = dp_glm.fit_dp_glm(key, data, model, epsilon=0.5, num_iterations=3, truncation=3.0)
+    assert res.ledger.is_private
+    assert any("extension" in note for note in res.ledger.notes)
+    with pytest.raises(ValueError, match="predictor_bound = inf"):
+        dp_glm.fit_dp_glm(key, data, GLM("poisson"), epsilon=0.5, num_iterations=3,
+                          truncation=3.0)
+    with pytest.raises(ValueError, match="truncation"):
+        dp_glm.fit_dp_glm(key, data, model, epsilon=0.5, num_iterations=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation at the public boundary
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(epsilon=0.0), ValueError, "epsilon must be > 0"),
+        (dict(epsilon=float("nan")), ValueError, "epsilon must be > 0"),
+        (dict(epsilon="big"), TypeError, "epsilon must be a real number"),
+        (dict(delta=1.0), ValueError, r"delta must lie in the open interval \(0, 1\)"),
+        (dict(num_iterations=0), ValueError, r"num_iterations must be an integer in"),
+        (dict(num_iterations=2.5), TypeError, "num_iterations must be an integer"),
+        (dict(eta=-1.0), ValueError, "eta must lie in"),
+        (dict(truncation=0.0), ValueError, "truncation must lie in"),
+        (dict(truncation=np.inf), ValueError, "truncation = inf"),
+        (dict(b_constant=1.0), ValueError, "b_constant must be >= 2"),
+        (dict(calibration="rdp"), ValueError, "calibration must be one of"),
+        (dict(beta0=np.ones(4)), ValueError, r"beta0 must have shape \(5,\)"),
+        (dict(beta0=np.full(5, np.inf)), ValueError, "beta0 must be finite"),
+    ],
+)
+def test_invalid_inputs_raise_naming_the_parameter(key, kwargs, exc, match):
+    _, data = _problem()
+    args = dict(epsilon=0.5, num_iterations=3) | kwargs
+    with pytest.raises(exc, match=match):
+        dp_glm.fit_dp_glm(key, data, LOGISTIC, **args)
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(s=0), ValueError, r"s must be an integer in \[1, 5\]"),
+        (dict(s=6), ValueError, r"s must be an integer in \[1, 5\]"),
+        (dict(beta0=np.ones(5)), ValueError, "at most s = 2 non-zeros"),
+    ],
+)
+def test_invalid_sparse_inputs(key, kwargs, exc, match):
+    _, data = _problem()
+    args = dict(s=2, epsilon=0.5, num_iterations=3) | kwargs
+    with pytest.raises(exc, match=match):
+        dp_glm.fit_sparse_dp_glm(key, data, LOGISTIC, **args)
+
+
+@pytest.mark.parametrize(
+    "data,exc,match",
+    [
+        ((np.ones(5), np.ones(5)), ValueError, "data.x must have 2 dimension"),
+        ((np.ones((4, 2)), np.ones(3)), ValueError, "one entry per row"),
+        ((np.full((4, 2), np.nan), np.ones(4)), ValueError, "data.x must be finite"),
+        ((np.ones((4, 2)), np.array([0, 1, np.inf, 0])), ValueError, "data.y must be finite"),
+        (np.ones((4, 2)), TypeError, "data must be a GLMData"),
+    ],
+)
+def test_invalid_data_raises(key, data, exc, match):
+    with pytest.raises(exc, match=match):
+        dp_glm.fit_dp_glm(key, data, LOGISTIC, epsilon=0.5, num_iterations=2)
+
+
+def test_model_parameters_and_warnings(key):
+    with pytest.raises(ValueError, match="family must be one of"):
+        GLM("probit")
+    with pytest.raises(ValueError, match="predictor_bound must be inf for the logistic"):
+        GLM(predictor_bound=3.0)
+    with pytest.raises(ValueError, match="sigma_x must lie in"):
+        GLM(sigma_x=0.0)
+    _, data = _problem()
+    with pytest.warns(DPJaxWarning, match="delta"):
+        dp_glm.fit_dp_glm(key, data, LOGISTIC, epsilon=0.5, delta=0.01, num_iterations=2)
+    with pytest.warns(ClassicGaussianWarning, match="epsilon <= 1"):
+        dp_glm.fit_dp_glm(jax.random.fold_in(key, 1), data, LOGISTIC, epsilon=6.0,
+                          num_iterations=2)

@@ -1,0 +1,52 @@
+"""The DP GLM experiment modules build valid settings and reject invalid configurations (the
+runs themselves are exercised by `dpjax run NAME --quick`)."""
+
+import math
+
+import pytest
+
+from dpjax.study import ConfigError, resolve_config
+from experiments import glm_fig1, glm_fig2, glm_real
+
+
+def _exp(mod):
+    (exp,) = mod.EXPERIMENTS
+    return exp
+
+
+def test_fig1_settings_cover_every_panel_with_both_calibrations():
+    cfg = resolve_config(_exp(glm_fig1))
+    settings = glm_fig1.settings(cfg)
+    keys = {s.key for s in settings}
+    assert len(keys) == len(settings)
+    for d in cfg["d_grid"]:
+        for method in ("alg1-paper", "alg1-gaussian"):
+            assert f"{method},T=50,n=40000,d={d}" in keys
+    base = [s for s in settings if s.key == "alg1-paper,T=50,n=40000,d=20"][0]
+    assert {lv["epsilon"] for lv in base.levels} == {0.2, 0.5, 0.8, math.inf}
+    assert all(lv["delta"] == 1 / 80000 for lv in base.levels)
+    gauss = [s for s in settings if s.key == "alg1-gaussian,T=50,n=40000,d=20"][0]
+    assert all(lv["rho"] > 0 and math.isfinite(lv["rho"]) for lv in gauss.levels)
+    assert any("unsplit" in k for k in keys)
+    with pytest.raises(ConfigError, match="T_grid"):
+        resolve_config(_exp(glm_fig1), {"T": "30"})
+
+
+def test_fig2_settings_follow_the_paper():
+    cfg = resolve_config(_exp(glm_fig2))
+    settings = glm_fig2.settings(cfg)
+    by_key = {s.key: s for s in settings}
+    assert {"alg5,n=20000,d=10000,s=10", "alg5,n=80000,d=10000,s=10",
+            "alg5,n=40000,d=10000,s=40"} <= set(by_key)
+    s40 = by_key["alg5,n=40000,d=10000,s=40"]
+    assert s40.columns["s_alg"] == 80 and (s40.truth[:40] != 0).all()
+    assert (s40.truth[40:] == 0).all()
+    with pytest.raises(ConfigError, match="multiple of 4"):
+        resolve_config(_exp(glm_fig2), {"d": "1001"})
+
+
+def test_real_data_config_and_loader():
+    x, y = glm_real.load("breast_cancer")
+    assert x.shape == (569, 30) and set(y.tolist()) == {0.0, 1.0}
+    with pytest.raises(ConfigError, match="dataset"):
+        resolve_config(_exp(glm_real), {"dataset": "swarm"})
