@@ -171,17 +171,28 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def summarise(
-    rows: Sequence[Mapping[str, Any]], by: Sequence[str], value: str = "error"
+    rows: Sequence[Mapping[str, Any]], by: Sequence[str], value: str = "error",
+    extra: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Mean, standard error (sd / sqrt(count)) and count of ``value`` grouped by ``by``."""
-    groups: dict[tuple, list[float]] = {}
+    """Mean, standard error (sd / sqrt(count)) and count of ``value`` grouped by ``by``.
+
+    For each name in ``extra`` (another metric of the rows), also ``{name}_mean``, ``{name}_se``
+    and ``{name}_sd`` (the standard deviation over the group's rows).
+    """
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in rows:
-        groups.setdefault(tuple(r[k] for k in by), []).append(float(r[value]))
+        groups.setdefault(tuple(r[k] for k in by), []).append(r)
     out = []
-    for k, vals in groups.items():
-        a = np.asarray(vals)
+    for k, grp in groups.items():
+        a = np.asarray([float(r[value]) for r in grp])
         se = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else float("nan")
-        out.append(dict(zip(by, k)) | {"mean": float(a.mean()), "se": se, "count": int(a.size)})
+        row = dict(zip(by, k)) | {"mean": float(a.mean()), "se": se, "count": int(a.size)}
+        for name in extra:
+            b = np.asarray([float(r[name]) for r in grp])
+            sd = float(b.std(ddof=1)) if b.size > 1 else float("nan")
+            row |= {f"{name}_mean": float(b.mean()), f"{name}_se": sd / math.sqrt(b.size),
+                    f"{name}_sd": sd}
+        out.append(row)
     return out
 
 

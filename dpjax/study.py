@@ -52,6 +52,9 @@ class Experiment:
         plot: ``plot(iteration_rows, summary_rows, config, path)`` draws ``figure.png``.
         check: ``check(config)`` raises :class:`ConfigError` for invalid combinations.
         description: longer text for ``dpjax list``.
+        runner: a custom runner instead of ``settings`` (see :class:`CustomRun`).
+        summary_extra: other recorded metrics to summarise in ``summary.csv`` besides
+            ``error`` (columns ``{name}_mean``, ``{name}_se``, ``{name}_sd``).
     """
 
     name: str
@@ -65,6 +68,7 @@ class Experiment:
     check: Callable[[Mapping[str, Any]], None] | None = None
     description: str = ""
     runner: Callable[..., CustomRun] | None = None
+    summary_extra: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.settings is None) == (self.runner is None):
@@ -233,7 +237,7 @@ def run_experiment(
         )
     if jax.process_index() != 0:  # multi-host: process 0 holds the gathered results and writes
         return StudyOutput(out, [], [], [], {}, {})
-    summary = results.summarise(rows, by)
+    summary = results.summarise(rows, by, extra=experiment.summary_extra)
     results.write_csv(out / "results.csv", rows)
     results.write_csv(out / "iterations.csv", iter_rows)
     results.write_csv(out / "summary.csv", summary)

@@ -3,12 +3,16 @@ that makes them bounded."""
 
 from dpjax.models.glm import GLM, GLMData, sparse_sphere_beta, sphere_beta
 from dpjax.models.gmm import GaussianMixture, GMMData, sparse_unit_beta
+from dpjax.models.iv import IVData, IVParameters, LinearIV
 
 __all__ = [
     "GLM",
     "GLMData",
     "GMMData",
     "GaussianMixture",
+    "IVData",
+    "IVParameters",
+    "LinearIV",
     "sparse_sphere_beta",
     "sparse_unit_beta",
     "sphere_beta",

@@ -1,0 +1,616 @@
+r"""Differentially private two-stage gradient descent for IV regression (spec 004).
+
+Liang, Jin, Balasubramanian & Lai, *Differentially Private Two-Stage Gradient Descent for
+Instrumental Variable Regression*. Three estimators share one step (full batch, ``T`` static):
+
+**DP-2S-GD (Algorithm 1).** From ``Theta^(0) = 0``, ``beta^(0) = 0``, for ``t = 0..T-1``:
+
+.. math::
+
+    \Theta^{(t+1)} &= \Theta^{(t)} - \eta\big(G_1(\Theta^{(t)}) + \Xi^{(t)}\big), \qquad
+    G_1 = \tfrac1n \textstyle\sum_i \mathrm{CLIP}_{\gamma_1}\big(z_i (z_i^\top\Theta^{(t)} -
+    x_i^\top)\big),\\
+    \beta^{(t+1)} &= \beta^{(t)} - \alpha\big(G_2(\Theta^{(t)}, \beta^{(t)}) + \nu^{(t)}\big),
+    \qquad G_2 = \tfrac1n \textstyle\sum_i \mathrm{CLIP}_{\gamma_2}\big(\Theta^{(t)\top} z_i
+    (z_i^\top \Theta^{(t)} \beta^{(t)} - y_i)\big),
+
+a *simultaneous* update: the beta step uses the old ``Theta^(t)``, so ``beta^(1) = -alpha nu^(0)``
+is pure noise. ``Xi^(t)`` has i.i.d. ``N(0, lambda_1^2)`` entries and ``nu^(t) ~ N(0, lambda_2^2
+I_p)``: the noise is added to the averaged clipped gradient, i.e. after the step size it has std
+``eta lambda_1`` and ``alpha lambda_2`` (the paper writes ``+ eta Xi``; the sign is immaterial).
+The estimate is ``beta^(T)``.
+
+**Noise calibration** (static ``calibration``). Each ``G_k`` is a
+:class:`~dpjax.mechanisms.BoundedStatistic` with replace-one l2 (Frobenius) sensitivity
+``Delta_k = 2 gamma_k / n`` given the released iterates, and the Gaussian mechanism is
+calibrated from it alone with a per-step zCDP budget:
+
+* ``"paper"`` (default; Prop 3.1, eq. 4): ``lambda_k = (2 gamma_k / n) sqrt(T / rho_k)
+  = Delta_k / sqrt(2 rho_k / (2T))``, i.e. per-step budget ``rho_k / (2T)``. Over ``T`` steps this
+  is ``Delta^2 T / (2 lambda^2) = rho_k / 2``-zCDP, half of what the paper states (spec 004 §2.3,
+  §6 A1): over-noised by ``sqrt 2``, so private, and the ledger reports ``(rho_1 + rho_2)/2``.
+* ``"tight"``: ``lambda_k = (gamma_k / n) sqrt(2T / rho_k)``, per-step budget ``rho_k / T``;
+  delivers exactly ``rho_1 + rho_2``.
+
+**Privacy.** Adaptive zCDP composition of the ``2T`` Gaussian releases (``T`` per stage)
+gives ``rho``-zCDP for the whole transcript ``{Theta^(t), beta^(t)}_{t=1..T}`` under replace-one
+adjacency (one record = one triple ``(z_i, x_i, y_i)``, ``n`` public), converted to
+``(epsilon, delta)`` by :func:`dpjax.accounting.zcdp_to_approx_dp`. Step sizes, clipping
+thresholds and the start must not depend on the data. ``rho_k = inf`` gives exactly zero noise.
+
+**DP-2S-GD-beta (Algorithm 3, "privacy for beta only")** -- paper variant, **not DP as
+claimed**. ``Theta`` runs non-private, unclipped GD; only the beta step is clipped and noised.
+The paper (Lemma F.1) claims ``rho_2``-zCDP for ``{beta^(t)}``, but ``Theta^(t)`` depends on
+every record, so one replacement moves all ``n`` clipped beta-terms: the true sensitivity of
+``G_2`` is ``2 gamma_2`` (``n`` times the declared ``2 gamma_2 / n``; spec 004 §6 A2). Its ledger
+carries that ratio; the resulting guarantee (``n^2`` times the claimed rho) is vacuous.
+
+**2S-GD (Algorithm 2)**: the same iteration without clipping or noise (non-private). Algorithm 1
+with ``rho = gamma = inf`` reproduces it exactly; its fixed point is 2SLS (spec 004 §2.5).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate
+from dpjax.accounting import ZCDP, Ledger, Release
+from dpjax.base import Estimator, as_key, run
+from dpjax.mechanisms import (
+    gaussian_mechanism_zcdp,
+    gaussian_multiplier_zcdp,
+    gaussian_sigma_zcdp,
+)
+from dpjax.models import iv
+
+__all__ = [
+    "CALIBRATIONS",
+    "DPIVHyperparams",
+    "DPIVInfo",
+    "DPIVState",
+    "FitResult",
+    "StepSizes",
+    "clipping_threshold",
+    "contraction_factors",
+    "delta_tau",
+    "dp_2s_gd",
+    "dp_2s_gd_beta_only",
+    "fit_2sls",
+    "fit_dp_2s_gd",
+    "fit_dp_2s_gd_beta_only",
+    "fit_two_stage_gd",
+    "make_hparams",
+    "noise_std",
+    "paper_step_sizes",
+    "per_step_rho",
+    "psi_tau",
+    "tsls",
+    "two_stage_gd",
+]
+
+Calibration = Literal["paper", "tight"]
+CALIBRATIONS: tuple[str, ...] = ("paper", "tight")
+Variant = Literal["dp", "beta-only", "none", "2sls"]
+DEFAULT_DELTA = 1e-5  # the paper's delta for (epsilon, delta) conversions (Sec 4, footnote 3)
+
+
+class DPIVHyperparams(NamedTuple):
+    """Swept hyperparameters (arrays; a study may ``vmap`` over any of them)."""
+
+    rho1: jax.Array  # () zCDP budget of the first-stage releases {Theta^(t)}; inf: no noise
+    rho2: jax.Array  # () zCDP budget of the second-stage releases {beta^(t)}; inf: no noise
+    eta: jax.Array  # () first-stage step size
+    alpha: jax.Array  # () second-stage step size
+    gamma1: jax.Array  # () first-stage clipping threshold (Frobenius); inf: none
+    gamma2: jax.Array  # () second-stage clipping threshold (l2); inf: none
+
+
+class DPIVState(NamedTuple):
+    theta: jax.Array  # (q, p) first-stage iterate Theta^(t)
+    beta: jax.Array  # (p,) second-stage iterate beta^(t)
+
+
+class DPIVInfo(NamedTuple):
+    clip_frac1: jax.Array  # () fraction of first-stage per-sample gradients clipped
+    clip_frac2: jax.Array  # () fraction of second-stage per-sample gradients clipped
+    sigma1: jax.Array  # () std lambda_1 of the noise on G_1 (0 if none)
+    sigma2: jax.Array  # () std lambda_2 of the noise on G_2 (0 if none)
+
+
+# --------------------------------------------------------------------------------------------
+# Calibration
+# --------------------------------------------------------------------------------------------
+
+
+def per_step_rho(calibration: Calibration, rho: Any, num_iterations: int) -> Any:
+    """The per-step zCDP budget the Gaussian mechanism is calibrated to.
+
+    ``"tight"``: ``rho / T``; ``"paper"``: ``rho / (2T)`` -- the paper's
+    ``lambda = (2 gamma/n) sqrt(T/rho)`` is the zCDP Gaussian at this budget. Works on host
+    values and traced arrays; ``inf`` stays ``inf``.
+    """
+    if calibration == "tight":
+        return rho / num_iterations
+    if calibration == "paper":
+        return rho / (2 * num_iterations)
+    raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
+
+
+def noise_std(
+    calibration: Calibration, gamma: float, n: int, num_iterations: int, rho: float
+) -> float:
+    """``lambda`` by the printed formulas: paper ``(2 gamma/n) sqrt(T/rho)``; tight
+    ``(gamma/n) sqrt(2T/rho)``. 0 at ``rho = inf``. (A host-side reference for ledgers.)"""
+    if math.isinf(rho):
+        return 0.0
+    T = num_iterations
+    if calibration == "paper":
+        return 2.0 * gamma / n * math.sqrt(T / rho)
+    if calibration == "tight":
+        return gamma / n * math.sqrt(2.0 * T / rho)
+    raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# The step
+# --------------------------------------------------------------------------------------------
+
+
+def _clip_fraction(norms: jax.Array, gamma: jax.Array) -> jax.Array:
+    return jnp.mean((norms > gamma).astype(norms.dtype))
+
+
+def _make_step(variant: Variant, calibration: Calibration, num_iterations: int):
+    T = num_iterations
+
+    def step(key, state: DPIVState, data: iv.IVData, hp: DPIVHyperparams):
+        theta, beta = state.theta, state.beta
+        dtype = beta.dtype
+        zero = jnp.zeros((), dtype)
+        if variant == "2sls":
+            del key
+            beta_hat, theta_hat = iv.two_stage_least_squares(data)
+            return DPIVState(theta_hat.astype(dtype), beta_hat.astype(dtype)), DPIVInfo(
+                zero, zero, zero, zero)
+        if variant == "none":
+            del key  # non-private: no randomness
+            g1 = iv.first_stage_gradient(theta, data)
+            g2 = iv.second_stage_gradient(theta, beta, data)  # at the old Theta^(t)
+            return DPIVState(theta - hp.eta * g1, beta - hp.alpha * g2), DPIVInfo(
+                zero, zero, zero, zero)
+
+        key_theta, key_beta = jax.random.split(key)
+        norms1, norms2 = iv.gradient_norms(theta, beta, data)
+        if variant == "dp":
+            g1 = iv.clipped_first_stage_gradient(theta, data, hp.gamma1)
+            rho1_t = per_step_rho(calibration, hp.rho1, T)
+            noisy1 = gaussian_mechanism_zcdp(key_theta, g1, rho1_t)
+            sigma1 = gaussian_sigma_zcdp(g1.sensitivity, rho1_t)
+            clip1 = _clip_fraction(norms1, hp.gamma1)
+        else:  # "beta-only": Algorithm 3, first stage unclipped and un-noised (not DP)
+            del key_theta
+            noisy1 = iv.first_stage_gradient(theta, data)
+            sigma1, clip1 = zero, zero
+        g2 = iv.clipped_second_stage_gradient(theta, beta, data, hp.gamma2)
+        rho2_t = per_step_rho(calibration, hp.rho2, T)
+        noisy2 = gaussian_mechanism_zcdp(key_beta, g2, rho2_t)
+        sigma2 = gaussian_sigma_zcdp(g2.sensitivity, rho2_t)
+        new = DPIVState(theta - hp.eta * noisy1, beta - hp.alpha * noisy2)
+        info = DPIVInfo(clip1, _clip_fraction(norms2, hp.gamma2),
+                        jnp.asarray(sigma1, dtype), jnp.asarray(sigma2, dtype))
+        return new, info
+
+    return step
+
+
+def _init(params0: Any) -> DPIVState:
+    """``params0 = (Theta^(0), beta^(0))``, data-independent (the paper: both zero)."""
+    theta0, beta0 = params0
+    dtype = jnp.result_type(float)
+    return DPIVState(jnp.asarray(theta0, dtype), jnp.asarray(beta0, dtype))
+
+
+_NAMES = {"dp": "dp-2s-gd", "beta-only": "dp-2s-gd-beta", "none": "2s-gd", "2sls": "2sls"}
+
+
+@functools.lru_cache(maxsize=256)
+def _build(variant: Variant, calibration: Calibration, num_iterations: int) -> Estimator:
+    _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
+    name = _NAMES[variant]
+    if variant in ("dp", "beta-only"):
+        name += f"/{calibration}"
+    ledger_fn = functools.partial(_ledger, name, variant, calibration, num_iterations)
+    return Estimator(name, _init, _make_step(variant, calibration, num_iterations),
+                     num_iterations, "full", ledger_fn)
+
+
+def dp_2s_gd(num_iterations: int, calibration: Calibration = "paper") -> Estimator:
+    """DP-2S-GD (Algorithm 1) with ``T = num_iterations`` full-batch steps (static).
+
+    Args:
+        num_iterations: ``T``; enters the noise calibration.
+        calibration: ``"paper"`` (default, ``lambda = (2 gamma/n) sqrt(T/rho)``, delivers
+            ``rho/2``) or ``"tight"`` (``lambda = (gamma/n) sqrt(2T/rho)``, delivers ``rho``).
+    """
+    return _build("dp", calibration, num_iterations)
+
+
+def dp_2s_gd_beta_only(num_iterations: int, calibration: Calibration = "paper") -> Estimator:
+    """The paper's Algorithm 3 ("privacy for beta only"). **Not DP as claimed**: see the module
+    docstring; its ledger reports the true sensitivity ``2 gamma_2``. For reproduction only."""
+    return _build("beta-only", calibration, num_iterations)
+
+
+def two_stage_gd(num_iterations: int) -> Estimator:
+    """Non-private 2S-GD (Algorithm 2): no clipping, no noise; uses ``eta`` and ``alpha``."""
+    return _build("none", "paper", num_iterations)
+
+
+def tsls() -> Estimator:
+    """Closed-form 2SLS as a one-step estimator (non-private baseline for sweeps)."""
+    return _build("2sls", "paper", 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Ledger
+# --------------------------------------------------------------------------------------------
+
+
+def _ledger(
+    name: str,
+    variant: Variant,
+    calibration: Calibration,
+    T: int,
+    n: int,
+    hparams: DPIVHyperparams,
+    delta: float = DEFAULT_DELTA,
+) -> Ledger:
+    """The privacy ledger of one run (one privacy level) on ``n`` records."""
+    rho1, rho2, eta, alpha, gamma1, gamma2 = (float(np.asarray(v)) for v in hparams)
+    notes = [f"n = {n}, T = {T}, eta = {eta:g}, alpha = {alpha:g}, "
+             f"gamma1 = {gamma1:g}, gamma2 = {gamma2:g}"]
+    if variant in ("none", "2sls"):
+        what = ("Theta^(t), beta^(t) of unclipped, noise-free two-stage GD" if variant == "none"
+                else "closed-form 2SLS (Theta_hat, beta_hat)")
+        release = Release("none", what, "unbounded", "l2", 0.0,
+                          count=T if variant == "none" else 1)
+        notes.append("non-private baseline")
+        return Ledger.build(name, [release], "basic", variant="non-private", notes=notes)
+
+    cal_text = {
+        "paper": "lambda = (2*gamma/n)*sqrt(T/rho) (Prop 3.1, eq. 4)",
+        "tight": "lambda = (gamma/n)*sqrt(2T/rho)",
+    }[calibration]
+
+    def stage(k: int, rho: float, gamma: float, statistic: str, ratio: float = 1.0,
+              sens_note: str = "") -> Release:
+        sens = 2.0 * gamma / n
+        lam = noise_std(calibration, gamma, n, T, rho)
+        mult = float(gaussian_multiplier_zcdp(per_step_rho(calibration, rho, T)))
+        return Release(
+            "gaussian-zcdp", statistic, f"2*gamma{k}/n = {sens:.6g}{sens_note}", "l2", mult,
+            count=T, data="full data", sensitivity_ratio=ratio,
+            noise=f"{cal_text.replace('gamma', f'gamma{k}').replace('rho', f'rho{k}')} = "
+                  f"{lam:.6g} per entry of the averaged gradient",
+        )
+
+    g1_text = "G1 = (1/n) sum_i CLIP_gamma1(z_i (z_i^T Theta^t - x_i^T)) (Frobenius)"
+    g2_text = "G2 = (1/n) sum_i CLIP_gamma2(Theta^t^T z_i (z_i^T Theta^t beta^t - y_i))"
+    requested = ZCDP(rho2) if variant == "beta-only" else ZCDP(rho1 + rho2)
+    if variant == "dp":
+        releases = [stage(1, rho1, gamma1, g1_text), stage(2, rho2, gamma2, g2_text)]
+        if calibration == "paper":
+            var = ("paper calibration (Prop 3.1): over-noised by sqrt(2), delivers "
+                   "(rho1 + rho2)/2-zCDP, not the stated rho1 + rho2 (spec 004 §6 A1)")
+        else:
+            var = "tight calibration: delivers (rho1 + rho2)-zCDP"
+        notes += ["simultaneous update; the whole transcript {Theta^t, beta^t}_{t=1..T} is "
+                  "released; adaptive zCDP composition of 2T Gaussian mechanisms",
+                  "step sizes, clipping thresholds and the start must be data-independent"]
+    else:
+        releases = [stage(2, rho2, gamma2, g2_text + " with non-private Theta^t", ratio=float(n),
+                          sens_note=" declared; true 2*gamma2 (n x declared): Theta^t depends "
+                                    "on every record")]
+        var = ("paper-literal Algorithm 3 (privacy for beta only): NOT DP as claimed -- "
+               "Lemma F.1's rho2-zCDP is invalid (spec 004 §6 A2)")
+        notes += ["Theta^t is unclipped, un-noised GD on all records: replacing one record moves "
+                  "Theta^t and hence all n clipped beta-terms, so the true l2 sensitivity of G2 "
+                  "is 2*gamma2 = n x the declared 2*gamma2/n",
+                  "the guarantee below uses the true sensitivity: n^2 x the claimed rho, "
+                  "i.e. vacuous; for a valid beta-only guarantee run Algorithm 1 and charge "
+                  "rho1 + rho2"]
+    return Ledger.build(name, releases, "zcdp", variant=var, requested=requested, delta=delta,
+                        notes=notes)
+
+
+# --------------------------------------------------------------------------------------------
+# Tuning rules of the paper (host side)
+# --------------------------------------------------------------------------------------------
+
+
+def clipping_threshold(n: int, q: int, num_iterations: int, tau: float = 5.0,
+                       c0: float = 1.0) -> float:
+    """The paper's ``gamma = c0 (sqrt(q) + sqrt(tau + log(n T)))^2`` (eq. 4); ``c0 = 1`` by
+    default (unstated in the paper; spec 004 §6 B1). Data-independent (``n`` is public)."""
+    return float(c0 * (math.sqrt(q) + math.sqrt(tau + math.log(n * num_iterations))) ** 2)
+
+
+def delta_tau(n: int, q: int, tau: float = 5.0, C0: float = 1.0, sigma_z: float = 1.0) -> float:
+    """``delta(tau) = C0 sigma_z^2 (sqrt(q) + sqrt(tau)) / sqrt(n)`` (eq. 10)."""
+    return float(C0 * sigma_z**2 * (math.sqrt(q) + math.sqrt(tau)) / math.sqrt(n))
+
+
+def psi_tau(n: int, p: int, q: int, sigma2: float, tau: float = 5.0, c0: float = 1.0,
+            sigma_z: float = 1.0, C0: float = 1.0) -> float:
+    """``psi(tau) = c0 sigma_z sigma_2 sqrt(pq)(tau + log 2pq) / (sqrt(n)(1 - delta)^2)``."""
+    d = delta_tau(n, q, tau, C0, sigma_z)
+    return float(c0 * sigma_z * sigma2 * math.sqrt(p * q) * (tau + math.log(2 * p * q))
+                 / (math.sqrt(n) * (1 - d) ** 2))
+
+
+class StepSizes(NamedTuple):
+    """The paper's step-size quantities (eqs. 3, 8, 10) for one ``(Theta, n)``."""
+
+    eta: float  # 1/(1+delta)^2 = eta_max/2, used in all the paper's experiments
+    alpha: float  # 2/(2 gamma_up + gamma_low) = alpha_max/2
+    eta_max: float  # 2/(1+delta)^2 (eq. 3)
+    alpha_max: float  # 4/(2 gamma_up + gamma_low)
+    eta_opt: float  # 2/((1+delta)^2 + (1-delta)^2) (eq. 8)
+    alpha_opt: float  # 2/(gamma_up + gamma_low)
+    delta: float  # delta(tau)
+    gamma_low: float  # (1-delta)^2 (sigma_min(Theta) - psi)^2
+    gamma_up: float  # (1+delta)^2 (||Theta|| + psi)^2
+
+
+def paper_step_sizes(theta: Any, n: int, tau: float = 5.0, psi: float = 0.0, C0: float = 1.0,
+                     sigma_z: float = 1.0) -> StepSizes:
+    """The step sizes of the paper's experiments from a first-stage matrix ``Theta`` (``q x p``).
+
+    ``eta = 1/(1+delta)^2`` and ``alpha = 2/(2 gamma_up + gamma_low)`` with ``delta(tau)`` of
+    :func:`delta_tau`, ``gamma_low = (1-delta)^2 (sigma_min(Theta) - psi)^2`` and
+    ``gamma_up = (1+delta)^2 (||Theta||_2 + psi)^2``. ``psi = 0`` by default (spec 004 §6 B1:
+    with any reasonable constant the full ``psi`` exceeds ``sigma_min`` at the paper's ``n``).
+
+    Privacy: ``Theta`` must be public. In simulations it is the true parameter (an oracle); on
+    real data a plug-in ``Theta_hat`` computed from the same data is **not** private (spec 004
+    §6 A4) and must be reported as such.
+    """
+    th = np.asarray(theta, np.float64)
+    if th.ndim != 2 or th.shape[0] < th.shape[1]:
+        raise ValueError(f"theta must be a q x p matrix with q >= p; got shape {th.shape}")
+    q = th.shape[0]
+    d = delta_tau(n, q, tau, C0, sigma_z)
+    sv = np.linalg.svd(th, compute_uv=False)
+    g_low = (1 - d) ** 2 * (sv[-1] - psi) ** 2
+    g_up = (1 + d) ** 2 * (sv[0] + psi) ** 2
+    return StepSizes(
+        eta=1.0 / (1 + d) ** 2, alpha=2.0 / (2 * g_up + g_low),
+        eta_max=2.0 / (1 + d) ** 2, alpha_max=4.0 / (2 * g_up + g_low),
+        eta_opt=2.0 / ((1 + d) ** 2 + (1 - d) ** 2), alpha_opt=2.0 / (g_up + g_low),
+        delta=d, gamma_low=float(g_low), gamma_up=float(g_up),
+    )
+
+
+def contraction_factors(eta: float, alpha: float, s: StepSizes) -> tuple[float, float]:
+    """``(kappa_Theta, kappa_beta)`` of eq. 10 for step sizes ``eta``, ``alpha``."""
+    d = s.delta
+    k_theta = max(abs(1 - eta * (1 - d) ** 2), abs(1 - eta * (1 + d) ** 2))
+    k_beta = max(abs(1 - alpha * s.gamma_low / 2),
+                 abs(1 - alpha * (2 * s.gamma_up + s.gamma_low) / 2))
+    return float(k_theta), float(k_beta)
+
+
+def make_hparams(rho1: Any, rho2: Any, eta: Any, alpha: Any, gamma1: Any = math.inf,
+                 gamma2: Any = math.inf) -> DPIVHyperparams:
+    """Hyperparameters as float32 NumPy arrays (they broadcast, so grids are fine)."""
+    b = np.broadcast_arrays(*(np.asarray(v, np.float64)
+                              for v in (rho1, rho2, eta, alpha, gamma1, gamma2)))
+    return DPIVHyperparams(*(x.astype(np.float32) for x in b))
+
+
+# --------------------------------------------------------------------------------------------
+# The convenience API
+# --------------------------------------------------------------------------------------------
+
+
+class FitResult(NamedTuple):
+    """The result of a single fit."""
+
+    estimate: np.ndarray  # (p,) beta^(T)
+    theta: np.ndarray  # (q, p) Theta^(T)
+    beta_trace: np.ndarray  # (T, p) beta^(1..T)
+    theta_trace: np.ndarray  # (T, q, p) Theta^(1..T)
+    clip_fraction: np.ndarray  # (T, 2) fraction of per-sample gradients clipped, per stage
+    ledger: Ledger  # what was released and the guarantee delivered
+    hparams: DPIVHyperparams  # the hyperparameters used
+
+
+_run_jit = jax.jit(run, static_argnames=("estimator", "record"))
+
+
+def _record(state: DPIVState, info: DPIVInfo) -> tuple[DPIVState, jax.Array]:
+    # Module level (not a closure), so the jit cache sees the same static argument every call.
+    return state, jnp.stack([info.clip_frac1, info.clip_frac2])
+
+
+def _check_gamma(gamma: Any, rho: Any, name: str, rho_name: str) -> np.ndarray:
+    g = _validate.check_positive(gamma, name, allow_inf=True)
+    if np.isinf(g).any() and np.isfinite(np.asarray(rho, np.float64)).any():
+        raise ValueError(
+            f"{name} = inf (no clipping) has unbounded sensitivity and is allowed only with "
+            f"{rho_name} = inf; give a finite clipping threshold for a private run"
+        )
+    return g
+
+
+def _scalar(value: np.ndarray, name: str) -> float:
+    if np.ndim(value):
+        raise ValueError(f"{name} must be a scalar for a single fit; use dpjax.sweep for grids")
+    return float(value)
+
+
+def _fit(
+    variant: Variant,
+    key: Any,
+    data: Any,
+    *,
+    rho1: Any,
+    rho2: Any,
+    eta: Any,
+    alpha: Any,
+    num_iterations: int,
+    gamma1: Any,
+    gamma2: Any,
+    calibration: str,
+    delta: Any,
+    theta0: Any,
+    beta0: Any,
+    tau: float,
+) -> FitResult:
+    key = None if key is None else as_key(key)
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
+    data = iv.validate_iv_data(data)
+    n, q = data.z.shape
+    p = data.x.shape[1]
+    T = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    r1 = _scalar(_validate.check_rho(rho1, "rho1"), "rho1")
+    r2 = _scalar(_validate.check_rho(rho2, "rho2"), "rho2")
+    e = _scalar(_validate.check_positive(eta, "eta"), "eta")
+    a = _scalar(_validate.check_positive(alpha, "alpha"), "alpha")
+    _scalar(_validate.check_delta(delta), "delta")
+    default_gamma = clipping_threshold(n, q, T, tau)
+    g1 = default_gamma if gamma1 is None else gamma1
+    g2 = default_gamma if gamma2 is None else gamma2
+    if variant == "beta-only":
+        g1 = math.inf  # Algorithm 3 does not clip the first stage
+    else:
+        g1 = _scalar(_check_gamma(g1, r1, "gamma1", "rho1"), "gamma1")
+    g2 = _scalar(_check_gamma(g2, r2, "gamma2", "rho2"), "gamma2")
+    dtype = data.z.dtype
+    th0 = np.zeros((q, p)) if theta0 is None else _validate.check_array(
+        theta0, "theta0", shape=(q, p))
+    b0 = np.zeros(p) if beta0 is None else _validate.check_array(beta0, "beta0", shape=(p,))
+    if variant == "none":
+        estimator = two_stage_gd(T)
+        r1 = r2 = math.inf
+        g1 = g2 = math.inf
+        key = jax.random.key(0) if key is None else key  # unused: the step draws nothing
+    elif variant == "beta-only":
+        estimator = dp_2s_gd_beta_only(T, calibration)
+    else:
+        estimator = dp_2s_gd(T, calibration)
+    hp = make_hparams(r1, r2, e, a, g1, g2)
+    state0 = estimator.init((jnp.asarray(th0, dtype), jnp.asarray(b0, dtype)))
+
+    final, (trace, clip) = _run_jit(
+        estimator, key, data, state0, jax.tree_util.tree_map(jnp.asarray, hp), record=_record
+    )
+    estimate = np.asarray(final.beta)
+    if not np.isfinite(estimate).all() or not np.isfinite(np.asarray(final.theta)).all():
+        raise FloatingPointError(
+            "the iterates are not finite; the step sizes are too large for this data "
+            "(2S-GD needs eta < 2/lambda_max(Z^T Z/n) and alpha < 2/lambda_max(H))"
+        )
+    led = estimator.ledger(n, hp, delta=float(delta))
+    return FitResult(estimate, np.asarray(final.theta), np.asarray(trace.beta),
+                     np.asarray(trace.theta), np.asarray(clip), led, hp)
+
+
+def fit_dp_2s_gd(
+    key: Any,
+    data: Any,
+    *,
+    rho1: Any,
+    rho2: Any,
+    eta: Any,
+    alpha: Any,
+    num_iterations: int,
+    gamma1: Any = None,
+    gamma2: Any = None,
+    calibration: Calibration = "paper",
+    delta: Any = DEFAULT_DELTA,
+    theta0: Any = None,
+    beta0: Any = None,
+    tau: float = 5.0,
+) -> FitResult:
+    """Fit DP-2S-GD (Algorithm 1) to one IV data set.
+
+    Args:
+        key: PRNG key (or int seed) for the noise.
+        data: :class:`~dpjax.models.iv.IVData` or ``(z (n, q), x (n, p), y (n,))``, ``q >= p``.
+        rho1, rho2: zCDP budgets of the two stages in (0, inf]; inf gives exactly zero noise.
+        eta, alpha: step sizes > 0; must be data-independent for the guarantee (see
+            :func:`paper_step_sizes` for the paper's rule from a public ``Theta``).
+        num_iterations: ``T >= 1``.
+        gamma1, gamma2: clipping thresholds in (0, inf]; default the paper's
+            ``(sqrt(q) + sqrt(tau + log(n T)))^2`` (``c0 = 1``); inf only with ``rho = inf``.
+        calibration: ``"paper"`` (default; delivers ``(rho1 + rho2)/2``) or ``"tight"``.
+        delta: target delta of the (epsilon, delta) conversion in the ledger, in (0, 1).
+        theta0, beta0: data-independent start (default zeros, as the paper).
+        tau: the ``tau`` of the default clipping rule.
+
+    Returns:
+        :class:`FitResult` with ``beta^(T)``, the iterates and the ledger: rho-zCDP under
+        replace-one adjacency with rho as delivered (``(rho1+rho2)/2`` for ``"paper"``).
+    """
+    return _fit("dp", key, data, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha,
+                num_iterations=num_iterations, gamma1=gamma1, gamma2=gamma2,
+                calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau)
+
+
+def fit_dp_2s_gd_beta_only(
+    key: Any,
+    data: Any,
+    *,
+    rho2: Any,
+    eta: Any,
+    alpha: Any,
+    num_iterations: int,
+    gamma2: Any = None,
+    calibration: Calibration = "paper",
+    delta: Any = DEFAULT_DELTA,
+    theta0: Any = None,
+    beta0: Any = None,
+    tau: float = 5.0,
+) -> FitResult:
+    """The paper's Algorithm 3, for reproduction only: **not DP as claimed** (its ledger gives
+    the true sensitivity ``2 gamma2`` and a vacuous guarantee). Arguments as
+    :func:`fit_dp_2s_gd`."""
+    return _fit("beta-only", key, data, rho1=math.inf, rho2=rho2, eta=eta, alpha=alpha,
+                num_iterations=num_iterations, gamma1=None, gamma2=gamma2,
+                calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau)
+
+
+def fit_two_stage_gd(
+    data: Any,
+    *,
+    eta: Any,
+    alpha: Any,
+    num_iterations: int,
+    theta0: Any = None,
+    beta0: Any = None,
+) -> FitResult:
+    """Non-private 2S-GD (Algorithm 2): no clipping, no noise, no key. Its ledger says
+    non-private."""
+    return _fit("none", None, data, rho1=math.inf, rho2=math.inf, eta=eta, alpha=alpha,
+                num_iterations=num_iterations, gamma1=math.inf, gamma2=math.inf,
+                calibration="paper", delta=DEFAULT_DELTA, theta0=theta0, beta0=beta0, tau=5.0)
+
+
+def fit_2sls(data: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Closed-form 2SLS (non-private): ``(beta_hat (p,), Theta_hat (q, p))``."""
+    data = iv.validate_iv_data(data)
+    beta_hat, theta_hat = _tsls_jit(data)
+    return np.asarray(beta_hat), np.asarray(theta_hat)
+
+
+_tsls_jit = jax.jit(iv.two_stage_least_squares)

@@ -1,0 +1,157 @@
+"""Pieces shared by the DP-IV experiments (spec 004).
+
+* :func:`tracked` wraps an IV estimator for a study: its state also carries the closed-form 2SLS
+  estimate of the repetition's data set (a diagnostic, so that both ``||beta_t - beta||`` and
+  ``||beta_t - beta_hat_2SLS||`` can be recorded: spec 004 §6 B4) and the last step's clip
+  fractions. With ``final_only=True`` the whole ``T``-step run is one step of the wrapper, so a
+  study over many horizons ``T`` records only the final iterate (step ``t`` of the inner run uses
+  ``fold_in(key, t)`` with ``key`` the wrapper's single step key). The privacy ledger is the
+  wrapped estimator's: the diagnostic is never released.
+* :class:`IVRecord` -- the recorded metrics.
+* :func:`level` -- one privacy level: the hyperparameters plus display columns (the requested
+  and delivered rho, and the (epsilon, delta) the delivered rho converts to).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax.algorithms import dp_iv
+from dpjax.base import Estimator
+from dpjax.models.iv import IVData, LinearIV, two_stage_least_squares
+from dpjax.sweep import DataPlan, Setting
+
+INF = math.inf
+DELTA = 1e-5  # the paper's delta for the (epsilon, delta) display (Sec 4, footnote 3)
+COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+          "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
+LINESTYLES = ["-", "--", ":"]
+
+
+class TrackedState(NamedTuple):
+    inner: dp_iv.DPIVState  # the estimator's state
+    beta_2sls: jax.Array  # (p,) closed-form 2SLS of the data set (diagnostic; 0 before step 1)
+    clip1: jax.Array  # () first-stage clip fraction of the last step
+    clip2: jax.Array  # () second-stage clip fraction of the last step
+
+
+@functools.cache
+def tracked(estimator: Estimator, final_only: bool = False) -> Estimator:
+    """The estimator with a 2SLS diagnostic in its state (see the module docstring)."""
+
+    def init(params0: Any) -> TrackedState:
+        inner = estimator.init(params0)
+        zero = jnp.zeros((), inner.beta.dtype)
+        return TrackedState(inner, jnp.zeros_like(inner.beta), zero, zero)
+
+    def step(key: jax.Array, state: TrackedState, data: IVData, hparams: Any):
+        if final_only:
+            def body(carry, t):
+                new, info = estimator.step(jax.random.fold_in(key, t), carry, data, hparams)
+                return new, (info.clip_frac1, info.clip_frac2)
+
+            inner, (c1, c2) = jax.lax.scan(body, state.inner, jnp.arange(estimator.num_steps))
+            c1, c2 = c1[-1], c2[-1]
+        else:
+            inner, info = estimator.step(key, state.inner, data, hparams)
+            c1, c2 = info.clip_frac1, info.clip_frac2
+        beta_hat, _ = two_stage_least_squares(data)
+        dtype = inner.beta.dtype
+        return TrackedState(inner, beta_hat.astype(dtype), c1.astype(dtype),
+                            c2.astype(dtype)), None
+
+    name = estimator.name + ("/final-only" if final_only else "")
+    return Estimator(name, init, step, 1 if final_only else estimator.num_steps, "full",
+                     estimator.ledger)
+
+
+@dataclasses.dataclass(frozen=True)
+class IVRecord:
+    """``error = ||beta_t - beta||`` (``beta = truth[:p]``), ``error_2sls = ||beta_t -
+    beta_hat||``, ``estimate = beta_t[0]``, and the clip fractions."""
+
+    p: int
+
+    def __call__(self, state: TrackedState, truth: jax.Array) -> dict[str, jax.Array]:
+        beta = state.inner.beta
+        return {
+            "error": jnp.linalg.norm(beta - truth[: self.p]),
+            "error_2sls": jnp.linalg.norm(beta - state.beta_2sls),
+            "estimate": beta[0],
+            "clip1": state.clip1,
+            "clip2": state.clip2,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ZeroInit:
+    """The paper's start ``Theta^(0) = 0``, ``beta^(0) = 0`` (data-independent)."""
+
+    q: int
+    p: int
+
+    def __call__(self, key: jax.Array, truth: jax.Array) -> tuple[jax.Array, jax.Array]:
+        del key
+        return jnp.zeros((self.q, self.p), truth.dtype), jnp.zeros((self.p,), truth.dtype)
+
+
+def parameters(model: LinearIV, seed: int):
+    """The true parameters of ``model``, drawn once per ``(p, q, r)`` and ``seed`` (spec 004
+    §6 B5), and the packed vector."""
+    key = jax.random.fold_in(jax.random.key(seed), 1_000_000 * model.p + 1000 * model.q + model.r)
+    prm = model.draw_parameters(key)
+    return prm, model.pack(prm)
+
+
+def level(estimator: Estimator, n: int, *, rho1: float, rho2: float, eta: float, alpha: float,
+          gamma1: float = INF, gamma2: float = INF, **extra: float) -> dict[str, float]:
+    """One level: the hyperparameters and display columns computed from the estimator's ledger
+    (requested and delivered rho; epsilon at delta = 1e-5 by the ledger's conversion and by the
+    paper's Bun-Steinke formula)."""
+    hp = dp_iv.DPIVHyperparams(*(np.float64(v) for v in (rho1, rho2, eta, alpha, gamma1, gamma2)))
+    led = estimator.ledger(n, hp, delta=DELTA)
+    rho_req = led.requested.rho if led.requested is not None else INF
+    rho_del = led.guarantee.rho if hasattr(led.guarantee, "rho") else INF
+    from dpjax.accounting import zcdp_to_approx_dp
+
+    return {
+        "rho1": float(rho1), "rho2": float(rho2), "eta": float(eta), "alpha": float(alpha),
+        "gamma1": float(gamma1), "gamma2": float(gamma2),
+        "rho": float(rho_req), "rho_delivered": float(rho_del),
+        "epsilon": float(led.approx_dp.epsilon), "delta": DELTA,
+        "epsilon_bs": float(zcdp_to_approx_dp(rho_del, DELTA, "bun-steinke").epsilon),
+        **{k: float(v) for k, v in extra.items()},
+    }
+
+
+def rho_label(rho: float) -> str:
+    return "inf" if math.isinf(rho) else f"{rho:g}"
+
+
+def horizon_setting(key: str, method: str, estimator: Estimator, model: LinearIV, truth,
+                    n: int, T: int, levels: tuple[dict[str, float], ...]) -> Setting:
+    """A setting that runs ``estimator`` (horizon ``T``) and records only its final iterate."""
+    return Setting(
+        key=key,
+        columns={"method": method, "n": n, "d": model.p, "s": model.p, "p": model.p,
+                 "q": model.q, "r": model.r, "T": T},
+        estimator=tracked(estimator, final_only=True), simulate=model.simulate,
+        init=ZeroInit(model.q, model.p), record=IVRecord(model.p), truth=truth,
+        plan=DataPlan(1, n), hparams_type=dp_iv.DPIVHyperparams, levels=levels, n=n,
+    )
+
+
+def final_rows(iter_rows):
+    """The rows of the final iterate (``iteration == 1`` for final-only settings)."""
+    last: dict[tuple, int] = {}
+    for r in iter_rows:
+        k = (r["method"], r["n"], r["T"])
+        last[k] = max(last.get(k, 0), r["iteration"])
+    return [r for r in iter_rows if r["iteration"] == last[(r["method"], r["n"], r["T"])]]

@@ -1,0 +1,134 @@
+"""DP-2S-GD through the sweep engine: the error falls in n and in rho (Monte Carlo, with
+standard errors), one compile per shape, the experiments' display columns, the Card data, and
+the summary's extra metrics."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dpjax import results, sweep
+from dpjax.accounting import zcdp_to_approx_dp
+from dpjax.algorithms import dp_iv
+from dpjax.models.iv import LinearIV
+from dpjax.sweep import DataPlan, Setting
+from experiments._iv_common import INF, IVRecord, ZeroInit, level, parameters, tracked
+
+MODEL = LinearIV(p=2, q=2, r=2)
+T = 10
+
+
+def _setting(n, rhos):
+    prm, truth = parameters(MODEL, 3)
+    steps = dp_iv.paper_step_sizes(prm.theta, n)
+    est = dp_iv.dp_2s_gd(T)
+    g = dp_iv.clipping_threshold(n, 2, T)
+    levels = tuple(level(est, n, rho1=r, rho2=r, eta=steps.eta, alpha=steps.alpha, gamma1=g,
+                         gamma2=g) for r in rhos)
+    return Setting(key=f"test-iv,n={n}", columns={"method": est.name, "n": n},
+                   estimator=tracked(est), simulate=MODEL.simulate, init=ZeroInit(2, 2),
+                   record=IVRecord(2), truth=truth, plan=DataPlan(1, n),
+                   hparams_type=dp_iv.DPIVHyperparams, levels=levels, n=n)
+
+
+def test_error_decreases_in_n_and_rho_within_monte_carlo_error():
+    reps, rhos = 40, (0.05, 5.0)
+    out = {}
+    for n in (300, 3000):
+        s = _setting(n, rhos)
+        before = sweep.compile_count()
+        res = sweep.run_setting(s, reps=reps, seed=11, num_devices=1)
+        assert sweep.compile_count() == before + 1  # one compile per shape ...
+        res2 = sweep.run_setting(s, reps=reps, seed=12, num_devices=1,
+                                 levels=[dict(lv, rho1=lv["rho1"] * 2) for lv in s.levels])
+        assert sweep.compile_count() == before + 1  # ... not per privacy level
+        assert not np.allclose(res["error"], res2["error"])
+        out[n] = res["error"][:, :, -1]  # (reps, levels) final error
+    mean = {k: v.mean(0) for k, v in out.items()}
+    se = {k: v.std(0, ddof=1) / math.sqrt(reps) for k, v in out.items()}
+
+    def smaller(a_mean, a_se, b_mean, b_se):  # a < b by more than 3 standard errors
+        return b_mean - a_mean > 3 * math.hypot(a_se, b_se)
+
+    for li in range(2):  # in n, at each rho
+        assert smaller(mean[3000][li], se[3000][li], mean[300][li], se[300][li])
+    for n in (300, 3000):  # in rho, at each n
+        assert smaller(mean[n][1], se[n][1], mean[n][0], se[n][0])
+
+
+def test_level_display_columns_come_from_the_ledger():
+    est = dp_iv.dp_2s_gd(20)
+    lv = level(est, 1000, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.1, gamma1=30.0, gamma2=30.0)
+    assert lv["rho"] == 2.0 and lv["rho_delivered"] == pytest.approx(1.0)  # paper: rho/2
+    assert lv["epsilon"] == pytest.approx(zcdp_to_approx_dp(1.0, 1e-5).epsilon)
+    assert lv["epsilon_bs"] == pytest.approx(1.0 + 2 * math.sqrt(math.log(1e5)))
+    tight = level(dp_iv.dp_2s_gd(20, "tight"), 1000, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.1,
+                  gamma1=30.0, gamma2=30.0)
+    assert tight["rho_delivered"] == pytest.approx(2.0)
+    alg3 = level(dp_iv.dp_2s_gd_beta_only(20), 1000, rho1=INF, rho2=1.0, eta=0.5, alpha=0.1,
+                 gamma2=30.0)
+    assert alg3["rho"] == 1.0 and alg3["rho_delivered"] == pytest.approx(1000**2 * 0.5)
+    assert math.isinf(level(dp_iv.two_stage_gd(20), 1000, rho1=INF, rho2=INF, eta=0.5,
+                            alpha=0.1)["epsilon"])
+
+
+def test_card_data_match_the_paper_and_linearmodels():
+    from linearmodels.datasets import card
+    from linearmodels.iv import IV2SLS
+
+    from experiments.iv_card import COLUMNS, INSTRUMENTS, card_data
+
+    data = card_data()
+    assert data.n == 2191  # complete cases incl. KWW (spec 004 §5.2)
+    np.testing.assert_allclose(data.z.mean(0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(data.z.std(0), 1.0, atol=1e-12)
+    df = card.load()[list(COLUMNS)].dropna()
+    ref = IV2SLS(df["lwage"], np.ones(len(df)), df[["educ"]], df[list(INSTRUMENTS)]).fit()
+    assert data.beta_hat[0] == pytest.approx(float(ref.params["educ"]), rel=1e-10)
+    assert data.beta_hat[0] == pytest.approx(0.07441, abs=1e-5)
+    beta_jax, _ = dp_iv.fit_2sls((data.z, data.x, data.y))
+    assert beta_jax[0] == pytest.approx(data.beta_hat[0], rel=1e-4)
+
+
+def test_summarise_extra_metrics():
+    rows = [{"g": 1, "error": e, "estimate": v} for e, v in [(1.0, 2.0), (3.0, 4.0), (5.0, 9.0)]]
+    (row,) = results.summarise(rows, ["g"], extra=("estimate",))
+    assert row["mean"] == 3.0 and row["count"] == 3
+    assert row["estimate_mean"] == 5.0
+    assert row["estimate_sd"] == pytest.approx(np.std([2.0, 4.0, 9.0], ddof=1))
+    assert row["estimate_se"] == pytest.approx(row["estimate_sd"] / math.sqrt(3))
+    assert "estimate_mean" not in results.summarise(rows, ["g"])[0]
+
+
+@pytest.mark.parametrize("name", ["iv_fig3", "iv_fig4", "iv_fig6", "iv_fig7", "iv_fig8",
+                                  "iv_fig9", "iv_card"])
+def test_experiment_settings_build_with_uniform_columns(name):
+    from dpjax.study import resolve_config
+    from experiments import registry
+
+    exp = registry()[name]
+    for quick in (False, True):
+        settings = exp.settings(resolve_config(exp, quick=quick))
+        level_keys = {frozenset(lv) for s in settings for lv in s.levels}
+        column_keys = {frozenset(s.columns) for s in settings}
+        assert len(level_keys) == 1 and len(column_keys) == 1  # summary.csv groups on these
+        assert {"epsilon", "delta", "rho1", "rho2"} <= next(iter(level_keys))
+        assert {"method", "n", "d", "s"} <= next(iter(column_keys))
+        assert len({s.key for s in settings}) == len(settings)
+        for s in settings:
+            assert s.estimator.batching == "full" and s.plan.num_blocks == 1
+
+
+def test_an_iv_experiment_runs_end_to_end(tmp_path):
+    from dpjax.study import run_experiment
+    from experiments import registry
+
+    exp = registry()["iv_fig8"]
+    out = run_experiment(exp, tmp_path, reps=3, quick=True, progress=False,
+                         overrides={"n": "300", "num_gammas": "2", "T": "3"})
+    assert (tmp_path / "figure.png").stat().st_size > 0
+    rows = results.read_csv(tmp_path / "summary.csv")
+    assert {r["gamma1"] for r in rows} >= {1.0, 1000.0} and all(r["count"] == 3 for r in rows)
+    assert {"epsilon", "delta", "clip2_mean"} <= set(rows[0])
+    led = out.config["settings"][0]["levels"][0]["ledger"]
+    assert led["composition"] == "zcdp" and led["guarantee"]["rho"] == pytest.approx(5.0)
