@@ -2,5 +2,15 @@
 that makes them bounded."""
 
 from dpjax.models.gmm import GaussianMixture, GMMData, sparse_unit_beta
+from dpjax.models.mor import MixtureOfRegressions, MoRData
+from dpjax.models.rmc import RegressionMissingCovariates, RMCData
 
-__all__ = ["GMMData", "GaussianMixture", "sparse_unit_beta"]
+__all__ = [
+    "GMMData",
+    "GaussianMixture",
+    "MixtureOfRegressions",
+    "MoRData",
+    "RMCData",
+    "RegressionMissingCovariates",
+    "sparse_unit_beta",
+]
