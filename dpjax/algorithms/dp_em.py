@@ -20,6 +20,23 @@ sensitivity ``lambda_t`` (a :class:`~dpjax.mechanisms.BoundedStatistic`), and th
   gradient EM of Balakrishnan et al. 2017) on the *unclipped* gradient, with or without sample
   splitting.
 
+Models (``dpjax.models``) and the paper's algorithms they give:
+
+=======================================  ==========================  =======================
+model                                    ``hd_dp_em`` (NoisyHT)      ``ld_dp_em`` (Gaussian)
+=======================================  ==========================  =======================
+``GaussianMixture``, ``2T/n0``           Alg 3                       Alg 4
+``MixtureOfRegressions``, ``4T^2/n0``    Alg 5                       Alg 7
+``RegressionMissingCovariates``,         Alg 6                       Alg 8
+``(6T^2 + ||beta^t||_inf)/n0`` (A4)
+=======================================  ==========================  =======================
+
+A model supplies ``simulate``, ``gradient``, ``truncated_gradient`` (a ``BoundedStatistic``),
+``dummy_batch``, ``validate_data``, ``dim``, ``num_records``, ``name``, and optionally
+``variant``, ``sensitivity_ratio(T)`` (true / declared, for paper-literal variants),
+``sensitivity_formula``, ``sensitivity_depends_on_beta``, ``ledger_notes`` and
+``ex_post_notes`` (facts read off the public iterates after a fit).
+
 Privacy (replace-one): each iteration is (epsilon, delta)-DP with respect to its own batch given
 the previous (public) iterate, and the batches are disjoint, so the whole run is
 (epsilon, delta)-DP by adaptive parallel composition (spec 000 Lemma 3.3). The budget is not
