@@ -56,7 +56,7 @@ DEFAULTS = {
     "ld_n_base": 100000,
 }
 QUICK = {"hd_d": 100, "hd_n_grid": (10000, 30000), "hd_p_grid": (0.1,), "hd_n_base": 30000,
-         "ld_n_grid": (5000, 50000), "ld_p_grid": (0.1,), "ld_n_base": 50000}
+         "ld_n_grid": (50000,), "ld_p_grid": (0.1,), "ld_n_base": 50000}
 
 
 def _check(c):
