@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from dpjax.algorithms import dp_em
+from dpjax.plotting import Curve, Panel
+from dpjax.sweep import DataPlan, Setting
+
+INF = math.inf
+COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,3 +37,88 @@ class BetaError:
 
     def __call__(self, state, truth: jax.Array) -> dict[str, jax.Array]:
         return {"error": jnp.linalg.norm(state.beta - truth)}
+
+
+def eps_label(e: float) -> str:
+    return "non-private (eps=inf)" if math.isinf(e) else f"eps={e:g}"
+
+
+def final_rows(iter_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The last recorded iteration of every (setting, level, repetition) of ``iterations.csv``
+    rows (what a figure against n or d plots)."""
+    last: dict[tuple, dict[str, Any]] = {}
+    for r in iter_rows:
+        key = tuple(sorted((k, v) for k, v in r.items() if k not in ("iteration", "error")))
+        if key not in last or r["iteration"] > last[key]["iteration"]:
+            last[key] = dict(r)
+    return list(last.values())
+
+
+def level(epsilon: float, n: int, eta: float, truncation: float) -> dict[str, float]:
+    """A DP-EM hyperparameter level with ``delta = 1/(2n)`` (spec 000 §4)."""
+    return {"epsilon": epsilon, "delta": 1.0 / (2 * n), "eta": eta, "truncation": truncation}
+
+
+# --------------------------------------------------------------------------------------------
+# The three-panel high-dimensional design of Figures 1 and 4 (vary n, s*, epsilon)
+# --------------------------------------------------------------------------------------------
+
+
+def hd_pairs(c: Mapping[str, Any]) -> dict[tuple[int, int], set[float]]:
+    """(n, s*) -> the epsilons the panels need (each with its non-private twin)."""
+    need: dict[tuple[int, int], set[float]] = {}
+    for n in c["n_grid"]:
+        need.setdefault((n, c["s_base"]), set()).update({c["eps_base"], INF})
+    for s in c["s_grid"]:
+        need.setdefault((c["n_base"], s), set()).update({c["eps_base"], INF})
+    need.setdefault((c["n_base"], c["s_base"]), set()).update({*c["eps_grid"], INF})
+    for n in c.get("large_n", ()):
+        need.setdefault((n, c["s_base"]), set()).update({c["eps_base"], INF})
+    return need
+
+
+def hd_settings(c: Mapping[str, Any], model: Any, method: str, truth_fn) -> list[Setting]:
+    """Algorithm 2 (NoisyHT) with ``T = c_T sqrt(log n)``, ``N0 = ceil(log n)``,
+    ``s_hat = s*`` for every (n, s*) of :func:`hd_pairs`."""
+    init, record = InitNearTruth(c["init_radius"]), BetaError()
+    out = []
+    for (n, s), epss in sorted(hd_pairs(c).items()):
+        N0 = dp_em.default_num_iterations(n)
+        T = c["truncation_const"] * dp_em.default_truncation(n)
+        out.append(Setting(
+            key=f"{method},n={n},d={c['d']},s={s}",
+            columns={"method": method, "n": n, "d": c["d"], "s": s, "s_hat": s, "N0": N0},
+            estimator=dp_em.hd_dp_em(model, s, N0),
+            simulate=model.simulate, init=init, record=record,
+            truth=truth_fn(c["d"], s), plan=DataPlan(N0, n // N0),
+            hparams_type=dp_em.DPEMHyperparams,
+            levels=tuple(level(e, n, c["eta"], T) for e in sorted(epss)), n=n,
+        ))
+    return out
+
+
+def hd_panels(c: Mapping[str, Any]) -> list[Panel]:
+    """Panels (a) vary n, (b) vary s*, (c) vary epsilon, (d) larger n; error against t."""
+    def ls(e):
+        return "-" if math.isfinite(e) else "--"
+
+    pa = [Curve(f"n={n}, {eps_label(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
+                COLORS[i % 6], ls(e))
+          for i, n in enumerate(c["n_grid"]) for e in (c["eps_base"], INF)]
+    pb = [Curve(f"s*={s}, {eps_label(e)}", {"n": c["n_base"], "s": s, "epsilon": e},
+                COLORS[i % 6], ls(e))
+          for i, s in enumerate(c["s_grid"]) for e in (c["eps_base"], INF)]
+    pc = [Curve(eps_label(e), {"n": c["n_base"], "s": c["s_base"], "epsilon": e},
+                COLORS[i % 6] if math.isfinite(e) else "black", ls(e))
+          for i, e in enumerate((*c["eps_grid"], INF))]
+    panels = [
+        Panel(f"(a) s*={c['s_base']}, eps={c['eps_base']:g}: varying n", pa),
+        Panel(f"(b) n={c['n_base']}, eps={c['eps_base']:g}: varying s*", pb),
+        Panel(f"(c) n={c['n_base']}, s*={c['s_base']}: varying eps", pc),
+    ]
+    if c.get("large_n"):
+        pd = [Curve(f"n={n}, {eps_label(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
+                    COLORS[i % 6], ls(e))
+              for i, n in enumerate(c["large_n"]) for e in (c["eps_base"], INF)]
+        panels.append(Panel(f"(d) added: larger n, s*={c['s_base']}, eps={c['eps_base']:g}", pd))
+    return panels

@@ -20,6 +20,23 @@ sensitivity ``lambda_t`` (a :class:`~dpjax.mechanisms.BoundedStatistic`), and th
   gradient EM of Balakrishnan et al. 2017) on the *unclipped* gradient, with or without sample
   splitting.
 
+Models (``dpjax.models``) and the paper's algorithms they give:
+
+=======================================  ==========================  =======================
+model                                    ``hd_dp_em`` (NoisyHT)      ``ld_dp_em`` (Gaussian)
+=======================================  ==========================  =======================
+``GaussianMixture``, ``2T/n0``           Alg 3                       Alg 4
+``MixtureOfRegressions``, ``4T^2/n0``    Alg 5                       Alg 7
+``RegressionMissingCovariates``,         Alg 6                       Alg 8
+``(6T^2 + ||beta^t||_inf)/n0`` (A4)
+=======================================  ==========================  =======================
+
+A model supplies ``simulate``, ``gradient``, ``truncated_gradient`` (a ``BoundedStatistic``),
+``dummy_batch``, ``validate_data``, ``dim``, ``num_records``, ``name``, and optionally
+``variant``, ``sensitivity_ratio(T)`` (true / declared, for paper-literal variants),
+``sensitivity_formula``, ``sensitivity_depends_on_beta``, ``ledger_notes`` and
+``ex_post_notes`` (facts read off the public iterates after a fit).
+
 Privacy (replace-one): each iteration is (epsilon, delta)-DP with respect to its own batch given
 the previous (public) iterate, and the batches are disjoint, so the whole run is
 (epsilon, delta)-DP by adaptive parallel composition (spec 000 Lemma 3.3). The budget is not
@@ -28,6 +45,7 @@ divided by ``N0``. ``beta0`` must not depend on the data.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -58,8 +76,10 @@ __all__ = [
     "default_hparams",
     "default_num_iterations",
     "default_truncation",
+    "fit_gradient_em",
     "fit_hd_dp_em",
     "fit_ld_dp_em",
+    "fit_truncated_em",
     "gradient_em",
     "hd_dp_em",
     "ld_dp_em",
@@ -239,12 +259,14 @@ def _ledger(
     if privatiser in ("top-s", "none"):
         release = Release(
             "none", "beta^t + eta*grad Q(beta^t; beta^t) (no clipping, no noise)",
-            "unbounded", "linf", 0.0, count=N0, data=f"batches of {n0} records",
+            "unbounded", "linf", 0.0, count=N0,
+            data=f"disjoint batches of {n0} records" if batching == "disjoint"
+            else f"all {n} records every iteration",
         )
         notes.append("non-private baseline")
         return Ledger.build(name, [release], "parallel", variant="non-private", notes=notes)
 
-    variant = getattr(model, "variant", "corrected")
+    variant = _variant(model)
     ratio = float(model.sensitivity_ratio(t_level)) if hasattr(model, "sensitivity_ratio") else 1.0
     # lambda_t is read off the model's own statistic, evaluated on a (data-free) dummy batch.
     lam = _statistic_sensitivity(model, n0, t_level) * eta
@@ -270,12 +292,24 @@ def _ledger(
         )
         if math.isfinite(eps) and eps > 1:
             notes.append("classic Gaussian calibration with epsilon > 1 is outside its proof")
-    if getattr(model, "weights", "exact") == "paper":
-        variant = "paper-literal posterior weights (spec 000 A1: biased, still DP)"
+    if ratio != 1.0:
+        notes.append(
+            f"true/declared sensitivity = {ratio:g}: the delivered guarantee uses the true one"
+        )
+    notes.extend(getattr(model, "ledger_notes", ()))
     return Ledger.build(
         name, [release], "parallel", variant=variant, requested=ApproxDP(eps, delta),
         notes=notes,
     )
+
+
+def _variant(model: Any) -> str:
+    """The model's variant label: its own ``variant`` if it has one, else from ``weights``."""
+    if hasattr(model, "variant"):
+        return model.variant
+    if getattr(model, "weights", "exact") == "paper":
+        return "paper-literal posterior weights (spec 000 A1: biased, still DP)"
+    return "corrected"
 
 
 def _statistic_sensitivity(model: Any, n0: int, truncation: float) -> float:
@@ -314,12 +348,13 @@ def _fit(
     truncation: Any,
     num_iterations: int | None,
     s_hat: int | None,
+    sample_splitting: bool = True,
 ) -> FitResult:
     key = as_key(key)
     data = model.validate_data(data)
     n, d = model.num_records(data), model.dim(data)
     N0 = default_num_iterations(n) if num_iterations is None else num_iterations
-    N0 = _validate.check_int_in_range(N0, "num_iterations (N0)", 1, n)
+    N0 = _validate.check_int_in_range(N0, "num_iterations (N0)", 1, n if sample_splitting else None)
     eps = _validate.check_epsilon(epsilon)
     if eps.ndim:
         raise ValueError("epsilon must be a scalar for a single fit; use dpjax.sweep for grids")
@@ -329,16 +364,21 @@ def _fit(
     truncation = default_truncation(n) if truncation is None else truncation
     _validate.check_truncation(truncation, eps)
     beta0 = _validate.check_array(beta0, "beta0", shape=(d,))
-    if privatiser == "noisy-ht":
+    if privatiser in ("noisy-ht", "top-s"):
         s_hat = _validate.check_int_in_range(s_hat, "s_hat", 1, d)
+    if privatiser == "noisy-ht":
         nnz = int(np.count_nonzero(beta0))
         if nnz > s_hat:
             raise ValueError(f"beta0 must have at most s_hat = {s_hat} non-zeros; it has {nnz}")
         estimator = hd_dp_em(model, s_hat, N0)
-    else:
+    elif privatiser == "gaussian":
         estimator = ld_dp_em(model, N0)
         _validate.warn_classic_gaussian(eps, stacklevel=4)
-    if float(delta) >= 1.0 / n:
+    elif privatiser == "top-s":
+        estimator = truncated_em(model, s_hat, N0, sample_splitting)
+    else:
+        estimator = gradient_em(model, N0, sample_splitting)
+    if privatiser in ("noisy-ht", "gaussian") and float(delta) >= 1.0 / n:
         warnings.warn(
             f"delta = {float(delta):g} >= 1/n = {1.0 / n:g}: such a delta permits releasing a "
             "record outright; the usual choice is delta = 1/(2n) or smaller",
@@ -354,8 +394,14 @@ def _fit(
         raise FloatingPointError(
             "the estimate is not finite; check the data scale, eta and the truncation level"
         )
+    iterates = np.asarray(trace.beta)
     led = estimator.ledger(n, hp)
-    return FitResult(estimate, np.asarray(trace.beta), led, hp)
+    if privatiser in ("noisy-ht", "gaussian") and hasattr(model, "ex_post_notes"):
+        # Facts computed from the public iterates beta^0 .. beta^{N0-1} (post-processing).
+        used = np.concatenate([np.asarray(beta0, np.float64)[None], iterates[:-1]], axis=0)
+        extra = model.ex_post_notes(used, float(truncation), float(eps), float(delta))
+        led = dataclasses.replace(led, notes=led.notes + tuple(extra))
+    return FitResult(estimate, iterates, led, hp)
 
 
 def fit_hd_dp_em(
@@ -371,12 +417,14 @@ def fit_hd_dp_em(
     truncation: Any = None,
     num_iterations: int | None = None,
 ) -> FitResult:
-    """Fit high-dimensional DP-EM (spec 000 Alg 2/3) to one data set.
+    """Fit high-dimensional DP-EM (spec 000 Alg 2; Alg 3/5/6 by ``model``) to one data set.
 
     Args:
         key: PRNG key (or int seed) for the noise.
-        data: the model's data (e.g. :class:`~dpjax.models.gmm.GMMData` or an ``(n, d)`` array).
-        model: the statistical model, e.g. ``GaussianMixture(sigma=0.5)``.
+        data: the model's data (e.g. :class:`~dpjax.models.gmm.GMMData` or an ``(n, d)`` array;
+            :class:`~dpjax.models.mor.MoRData`; :class:`~dpjax.models.rmc.RMCData`).
+        model: the statistical model, e.g. ``GaussianMixture(sigma=0.5)``,
+            ``MixtureOfRegressions(0.5)``, ``RegressionMissingCovariates(1.0)``.
         s_hat: coordinates kept per iteration, ``1 <= s_hat <= d``.
         beta0: data-independent initial value with at most ``s_hat`` non-zeros.
         epsilon: in (0, inf]; inf gives the non-private limit with exactly zero noise.
@@ -387,7 +435,8 @@ def fit_hd_dp_em(
 
     Returns:
         :class:`FitResult` with the estimate, the iterates, and the privacy ledger:
-        (epsilon, delta)-DP under replace-one adjacency.
+        (epsilon, delta)-DP under replace-one adjacency for the corrected models (a
+        paper-literal variant's ledger states what it really delivers).
     """
     return _fit("noisy-ht", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
                 eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=s_hat)
@@ -405,7 +454,43 @@ def fit_ld_dp_em(
     truncation: Any = None,
     num_iterations: int | None = None,
 ) -> FitResult:
-    """Fit low-dimensional DP-EM (spec 000 Alg 4) to one data set; arguments as
+    """Fit low-dimensional DP-EM (spec 000 Alg 4/7/8 by ``model``) to one data set; arguments as
     :func:`fit_hd_dp_em` without ``s_hat``. Warns if epsilon > 1 (classic Gaussian)."""
     return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
                 eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=None)
+
+
+def fit_truncated_em(
+    data: Any,
+    model: Any,
+    *,
+    s_hat: int,
+    beta0: Any,
+    num_iterations: int,
+    eta: Any = 0.5,
+    sample_splitting: bool = False,
+) -> FitResult:
+    """Non-private truncated gradient EM of Wang et al. (2015): ``beta <- top_s(beta + eta grad
+    Q_n(beta; beta))``, no clipping, no noise; every iteration on all data
+    (``sample_splitting=False``, default) or on its own disjoint batch. Deterministic; its
+    ledger says "not DP"."""
+    return _fit("top-s", jax.random.key(0), data, model, beta0=beta0, epsilon=math.inf,
+                delta=None, eta=eta, truncation=math.inf, num_iterations=num_iterations,
+                s_hat=s_hat, sample_splitting=sample_splitting)
+
+
+def fit_gradient_em(
+    data: Any,
+    model: Any,
+    *,
+    beta0: Any,
+    num_iterations: int,
+    eta: Any = 0.5,
+    sample_splitting: bool = False,
+) -> FitResult:
+    """Non-private gradient EM of Balakrishnan et al. (2017): ``beta <- beta + eta grad
+    Q_n(beta; beta)``, on all data (default) or one disjoint batch per iteration. Deterministic;
+    its ledger says "not DP"."""
+    return _fit("none", jax.random.key(0), data, model, beta0=beta0, epsilon=math.inf,
+                delta=None, eta=eta, truncation=math.inf, num_iterations=num_iterations,
+                s_hat=None, sample_splitting=sample_splitting)

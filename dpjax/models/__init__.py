@@ -4,6 +4,8 @@ that makes them bounded."""
 from dpjax.models.glm import GLM, GLMData, sparse_sphere_beta, sphere_beta
 from dpjax.models.gmm import GaussianMixture, GMMData, sparse_unit_beta
 from dpjax.models.iv import IVData, IVParameters, LinearIV
+from dpjax.models.mor import MixtureOfRegressions, MoRData
+from dpjax.models.rmc import RegressionMissingCovariates, RMCData
 
 __all__ = [
     "GLM",
@@ -13,6 +15,10 @@ __all__ = [
     "IVData",
     "IVParameters",
     "LinearIV",
+    "MixtureOfRegressions",
+    "MoRData",
+    "RMCData",
+    "RegressionMissingCovariates",
     "sparse_sphere_beta",
     "sparse_unit_beta",
     "sphere_beta",

@@ -1,0 +1,248 @@
+r"""Linear regression with covariates missing completely at random (spec 000 §1.4, §2.5, §2.8).
+
+Model: ``y = <x, beta*> + e`` with ``x ~ N(0, I_d)``, ``e ~ N(0, sigma^2)`` independent, sigma
+known; each coordinate of ``x`` is missing independently with probability ``p`` (MCAR). The
+mask ``z_i in {0, 1}^d`` has ``z_ij = 1`` iff ``x_ij`` is observed, and the observed covariate is
+``z_i * x_i`` (missing entries are 0). One record is the triple ``(z_i * x_i, z_i, y_i)``: the
+mask is part of the individual's data.
+
+E-step (spec 000 §2.5): with ``r_i = 1 - z_i`` and
+``c_i = (y_i - <beta, z_i * x_i>) / (sigma^2 + ||r_i * beta||^2)``,
+
+.. math::
+
+    m_i = z_i \odot x_i + c_i\, r_i \odot \beta, \qquad
+    K_i \beta = r_i \odot \beta + m_i (m_i^\top \beta) - n_i (n_i^\top \beta), \quad
+    n_i = r_i \odot m_i,
+
+and ``grad Q_n(beta; beta) = (1/n) sum_i [y_i m_i - K_i beta]``. ``K`` is the paper's second
+moment: the exact conditional one has ``-[r*beta][r*beta]^T / (sigma^2 + ||r*beta||^2)`` in
+place of ``- n n^T``; the two agree in expectation over ``y`` at ``beta = beta*`` (spec 000 §2.5).
+
+Truncated statistic (spec 000 Alg 6):
+
+.. math::
+
+    f_T = \frac{1}{n_0}\sum_{i\in B_t} \big[\Pi_T(y_i)\Pi_T(m_i) - r_i\odot\beta
+          - \Pi_T(m_i)\Pi_T(m_i^\top\beta) + \Pi_T(n_i)\Pi_T(n_i^\top\beta)\big].
+
+Sensitivity (replace-one, l-infinity). Each clipped product lies in ``[-T^2, T^2]``, but the
+unclipped ``-r_i * beta`` depends on the record's mask. The paper (B.6) ignores it and prints
+``6 T^2 / n0``; the corrected bound (spec 000 §7 A4, the default) is
+
+.. math::
+
+    \lambda = (6 T^2 + \|\beta^t\|_\infty) / n_0,
+
+valid by the triangle inequality (``beta^t`` is public: a previous private release). A sharper
+analysis (used only to describe the paper-literal variant honestly): ``y_i - m_i^T beta =
+c_i sigma^2``, so when ``z_ij = 0`` all three products in coordinate ``j`` share the sign of
+``beta_j`` and the term lies in ``sign(beta_j) [0, 3T^2] - beta_j``; when ``z_ij = 1`` it lies in
+``[-2T^2, 2T^2]``. Hence the exact sensitivity is at most ``max(5 T^2, 2 T^2 + ||beta^t||_inf)
+/ n0``: the printed ``6 T^2 / n0`` is exceeded exactly when ``||beta^t||_inf > 4 T^2`` (a flipped
+mask on a large coordinate), which nothing rules out a priori (``beta^t`` carries unbounded
+noise). So the paper-literal variant (``sensitivity="paper"``) is reported as not DP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate
+from dpjax.mechanisms import BoundedStatistic, bounded_mean, clip_linf
+
+__all__ = ["RMCData", "RegressionMissingCovariates"]
+
+
+class RMCData(NamedTuple):
+    """Observations of regression with missing covariates."""
+
+    x: jax.Array  # (n, d) observed covariates z * x (entries where z = 0 are ignored)
+    z: jax.Array  # (n, d) observation mask, 1.0 = observed, 0.0 = missing
+    y: jax.Array  # (n,) responses
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressionMissingCovariates:
+    """Linear regression with MCAR covariates and known noise ``sigma``.
+
+    Attributes:
+        sigma: the known noise standard deviation (> 0).
+        missing_prob: ``p in [0, 1)``, the probability that a covariate is missing (used by
+            :meth:`simulate` only).
+        sensitivity: ``"corrected"`` (default, ``(6 T^2 + ||beta^t||_inf) / n0``, spec 000 §7 A4)
+            or ``"paper"`` (the printed ``6 T^2 / n0``; not DP, see the module docstring).
+    """
+
+    sigma: float = 1.0
+    missing_prob: float = 0.1
+    sensitivity: Literal["corrected", "paper"] = "corrected"
+
+    name = "rmc"
+    data_type = RMCData
+
+    def __post_init__(self) -> None:
+        _validate.check_positive(self.sigma, "sigma")
+        p = float(self.missing_prob)
+        if not (math.isfinite(p) and 0.0 <= p < 1.0):
+            raise ValueError(f"missing_prob must lie in [0, 1); got {self.missing_prob!r}")
+        if self.sensitivity not in ("corrected", "paper"):
+            raise ValueError(
+                f"sensitivity must be 'corrected' or 'paper'; got {self.sensitivity!r}"
+            )
+
+    @property
+    def sensitivity_formula(self) -> str:
+        if self.sensitivity == "corrected":
+            return "(6*T^2 + ||beta^t||_inf)/n0"
+        return "6*T^2/n0 (as printed; ignores -diag(1-z) beta^t)"
+
+    @property
+    def sensitivity_depends_on_beta(self) -> bool:
+        return self.sensitivity == "corrected"
+
+    @property
+    def variant(self) -> str:
+        if self.sensitivity == "corrected":
+            return "corrected"
+        return ("paper-literal sensitivity 6T^2/n0 (spec 000 A4): exceeded when "
+                "||beta^t||_inf > 4T^2, which is not ruled out a priori: not DP")
+
+    @property
+    def ledger_notes(self) -> tuple[str, ...]:
+        if self.sensitivity == "corrected":
+            return ("the declared (6T^2 + ||beta^t||_inf)/n0 (spec 000 A4) is conservative: the "
+                    "exact sensitivity is at most max(5T^2, 2T^2 + ||beta^t||_inf)/n0",)
+        return ("the printed 6T^2/n0 bounds the sensitivity only while ||beta^t||_inf <= 4T^2; "
+                "the iterates carry unbounded noise, so no guarantee holds a priori",)
+
+    def ex_post_notes(
+        self, iterates: np.ndarray, truncation: float, epsilon: float, delta: float
+    ) -> list[str]:
+        """For the paper-literal variant: what the released iterates ``beta^0 .. beta^{N0-1}``
+        (public) imply, iteration by iteration. This is an ex-post statement conditional on
+        the released iterates, not a DP guarantee."""
+        if self.sensitivity == "corrected" or not math.isfinite(truncation):
+            return []
+        ratios = [self.literal_ratio(b, truncation) for b in iterates]
+        r = max(ratios)
+        big = float(np.max(np.abs(iterates)))
+        held = "held at every iteration" if r <= 1.0 else "was EXCEEDED"
+        eps_txt = f"{epsilon * max(1.0, r):.6g}" if math.isfinite(epsilon) else "inf"
+        return [f"ex post (not a DP guarantee): max_t ||beta^t||_inf = {big:.4g} vs 4T^2 = "
+                f"{4 * truncation**2:.4g}; the printed bound {held} (max true/printed ratio "
+                f"<= {r:.4g}); conditional on the released iterates each batch's records had "
+                f"loss at most ({eps_txt}, {delta:.3g})"]
+
+    def sensitivity_ratio(self, truncation: float) -> float:
+        """True / declared sensitivity, a priori (over all possible public iterates).
+
+        ``1`` for the corrected bound; ``inf`` for the printed one: its true sensitivity
+        ``max(5T^2, 2T^2 + ||beta^t||_inf)/n0`` is unbounded in the (noisy) iterate.
+        """
+        del truncation
+        return 1.0 if self.sensitivity == "corrected" else math.inf
+
+    @staticmethod
+    def literal_ratio(beta: Any, truncation: float) -> float:
+        """Upper bound on true / printed sensitivity at a given public iterate ``beta``:
+        ``max(5 T^2, 2 T^2 + ||beta||_inf) / (6 T^2)`` (module docstring); > 1 iff
+        ``||beta||_inf > 4 T^2``."""
+        t2 = float(truncation) ** 2
+        b = float(np.max(np.abs(np.asarray(beta)))) if np.size(beta) else 0.0
+        return max(5.0 * t2, 2.0 * t2 + b) / (6.0 * t2)
+
+    # -- simulation ---------------------------------------------------------------------------
+
+    def simulate(self, key: jax.Array, n: int, beta: jax.Array) -> RMCData:
+        """Draw ``n`` records: ``x ~ N(0, I)``, ``y = <x, beta> + sigma e``, each ``x_ij``
+        missing with probability ``missing_prob`` (spec 000 §1.4)."""
+        key_x, key_e, key_z = jax.random.split(key, 3)
+        beta = jnp.asarray(beta)
+        x = jax.random.normal(key_x, (n, beta.shape[0]), dtype=beta.dtype)
+        y = x @ beta + self.sigma * jax.random.normal(key_e, (n,), dtype=beta.dtype)
+        z = jax.random.bernoulli(key_z, 1.0 - self.missing_prob, x.shape).astype(beta.dtype)
+        return RMCData(z * x, z, y)
+
+    # -- E-step and gradients -----------------------------------------------------------------
+
+    def conditional_mean(self, beta: jax.Array, data: RMCData) -> tuple[jax.Array, jax.Array]:
+        """``(m, n)``: ``m_i = E[x_i | observed, y_i; beta]`` and ``n_i = (1 - z_i) * m_i``."""
+        obs = data.z * data.x
+        miss = 1.0 - data.z
+        c = (data.y - obs @ beta) / (self.sigma**2 + miss @ jnp.square(beta))
+        n_part = c[:, None] * miss * beta[None, :]
+        return obs + n_part, n_part
+
+    def gradient(self, beta: jax.Array, data: RMCData) -> jax.Array:
+        """Non-private ``grad Q_n(beta; beta) = (1/n) sum [y m - K beta]`` (no truncation)."""
+        n = data.y.shape[0]
+        m, nv = self.conditional_mean(beta, data)
+        miss = 1.0 - data.z
+        k_beta = miss * beta[None, :] + m * (m @ beta)[:, None] - nv * (nv @ beta)[:, None]
+        return jnp.sum(data.y[:, None] * m - k_beta, axis=0) / n
+
+    def truncated_gradient(
+        self, beta: jax.Array, data: RMCData, truncation: Any
+    ) -> BoundedStatistic:
+        """``f_T(grad Q)`` with its l-infinity replace-one sensitivity (corrected or printed)."""
+        m, nv = self.conditional_mean(beta, data)
+        miss = 1.0 - data.z
+        clip = lambda v: clip_linf(v, truncation)  # noqa: E731
+        terms = (
+            clip(data.y)[:, None] * clip(m)
+            - miss * beta[None, :]
+            - clip(m) * clip(m @ beta)[:, None]
+            + clip(nv) * clip(nv @ beta)[:, None]
+        )
+        t2 = jnp.square(jnp.asarray(truncation))
+        if self.sensitivity == "corrected":
+            # Three products in [-T^2, T^2] plus -(1 - z_ij) beta_j in {0, -beta_j}: every
+            # coordinate of a term lies in an interval of width 6T^2 + |beta_j|.
+            diameter = 6.0 * t2 + jnp.max(jnp.abs(beta))
+        else:
+            diameter = 6.0 * t2  # as printed (B.6); not a valid bound in general
+        return bounded_mean(terms, diameter, "linf")
+
+    # -- facts for ledgers and validation ------------------------------------------------------
+
+    def dummy_batch(self, n: int, d: int) -> RMCData:
+        """An all-zero (fully observed) batch of the right structure."""
+        return RMCData(jnp.zeros((n, d)), jnp.ones((n, d)), jnp.zeros((n,)))
+
+    def dim(self, data: RMCData) -> int:
+        return int(data.x.shape[1])
+
+    def num_records(self, data: RMCData) -> int:
+        return int(data.x.shape[0])
+
+    def validate_data(self, data: Any) -> RMCData:
+        """Check a data set at the public boundary: ``RMCData(x (n, d), z (n, d), y (n,))`` or
+        a triple; ``z`` must be 0/1 (or boolean); missing entries of ``x`` may hold any finite
+        value (they are ignored) -- pass 0 where unknown."""
+        if not (isinstance(data, tuple) and len(data) == 3):
+            raise TypeError(
+                "data must be RMCData(x, z, y) or a triple (x (n, d), z (n, d), y (n,))"
+            )
+        x = _validate.check_array(data[0], "data.x", ndim=2)
+        z = _validate.check_array(data[1], "data.z", ndim=2, allow_bool=True)
+        y = _validate.check_array(data[2], "data.y", ndim=1)
+        if x.shape[0] < 1 or x.shape[1] < 1:
+            raise ValueError(f"data.x must have at least one row and column; got {x.shape}")
+        if z.shape != x.shape:
+            raise ValueError(f"data.z must have the shape of data.x {x.shape}; got {z.shape}")
+        if not np.isin(z, (0, 1)).all():
+            raise ValueError("data.z must contain only 0 (missing) and 1 (observed)")
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"data.y must have one entry per row of data.x ({x.shape[0]}); got {y.shape[0]}"
+            )
+        dt = jnp.result_type(float)
+        zz = jnp.asarray(z, dtype=dt)
+        return RMCData(jnp.asarray(x, dtype=dt) * zz, zz, jnp.asarray(y, dtype=dt))
