@@ -38,6 +38,7 @@ __all__ = [
     "BoundedStatistic",
     "Peeled",
     "bounded_mean",
+    "bounded_mean_from_sum",
     "bounded_sum",
     "clip_l2",
     "clip_linf",
@@ -145,6 +146,16 @@ def bounded_sum(terms: jax.Array, diameter: Any, norm: Norm) -> BoundedStatistic
         norm: the norm of ``diameter``.
     """
     return BoundedStatistic(jnp.sum(terms, axis=0), jnp.asarray(diameter), norm, "replace-one")
+
+
+def bounded_mean_from_sum(total: jax.Array, n: int, diameter: Any, norm: Norm) -> BoundedStatistic:
+    """:func:`bounded_mean` for a sum of ``n`` per-record terms computed without materialising
+    them (e.g. ``w @ clip(y)`` as one matrix-vector product).
+
+    ``diameter`` bounds the change of one record's term exactly as in :func:`bounded_sum`; the
+    caller is responsible for ``total`` being that sum over ``n`` records (``n`` a shape).
+    """
+    return BoundedStatistic(total, jnp.asarray(diameter), norm, "replace-one").scale(1.0 / n)
 
 
 def bounded_mean(terms: jax.Array, diameter: Any, norm: Norm) -> BoundedStatistic:

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.mechanisms import BoundedStatistic, bounded_mean, clip_linf
+from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf
 
 __all__ = ["GMMData", "GaussianMixture", "sparse_unit_beta"]
 
@@ -86,9 +86,13 @@ class GaussianMixture:
     ) -> BoundedStatistic:
         """``f_T(grad Q)`` with its l-infinity replace-one sensitivity ``2 T / n0``."""
         w = self.posterior_sign(beta, data)
-        terms = w[:, None] * clip_linf(data.y, truncation)
-        # |2w - 1| <= 1 and |Pi_T(y)_j| <= T: every term lies in [-T, T]^d.
-        return bounded_mean(terms, 2.0 * jnp.asarray(truncation), "linf").shift(-beta)
+        # The record terms (2w_i - 1) Pi_T(y_i) lie in [-T, T]^d (|2w - 1| <= 1, |Pi_T(y)_j| <= T),
+        # so one record moves their sum by at most 2T per coordinate. The sum is one
+        # matrix-vector product rather than an (n, d) array of terms.
+        total = w @ clip_linf(data.y, truncation)
+        return bounded_mean_from_sum(
+            total, data.y.shape[0], 2.0 * jnp.asarray(truncation), "linf"
+        ).shift(-beta)
 
     # -- facts for ledgers and validation ------------------------------------------------------
 

@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate
-from dpjax.mechanisms import BoundedStatistic, bounded_mean, clip_linf
+from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf
 
 __all__ = ["MixtureOfRegressions", "MoRData"]
 
@@ -153,10 +153,11 @@ class MixtureOfRegressions:
         x_t = clip_linf(data.x, truncation)
         y_t = clip_linf(data.y, truncation)
         u_t = clip_linf(data.x @ beta, truncation)
-        terms = x_t * (c * y_t - u_t)[:, None]
         t2 = jnp.square(jnp.asarray(truncation))
-        # Each term lies in [-2T^2, 2T^2]^d (module docstring), so the diameter is 4 T^2.
-        return bounded_mean(terms, 4.0 * t2, "linf")
+        # Each record's term x_t * (c y_t - u_t) lies in [-2T^2, 2T^2]^d (module docstring), so
+        # the diameter is 4 T^2; their sum is one matrix-vector product.
+        total = (c * y_t - u_t) @ x_t
+        return bounded_mean_from_sum(total, data.x.shape[0], 4.0 * t2, "linf")
 
     # -- facts for ledgers and validation ------------------------------------------------------
 

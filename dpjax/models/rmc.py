@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.mechanisms import BoundedStatistic, bounded_mean, clip_linf
+from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf
 
 __all__ = ["RMCData", "RegressionMissingCovariates"]
 
@@ -195,11 +195,13 @@ class RegressionMissingCovariates:
         m, nv = self.conditional_mean(beta, data)
         miss = 1.0 - data.z
         clip = lambda v: clip_linf(v, truncation)  # noqa: E731
-        terms = (
-            clip(data.y)[:, None] * clip(m)
-            - miss * beta[None, :]
-            - clip(m) * clip(m @ beta)[:, None]
-            + clip(nv) * clip(nv @ beta)[:, None]
+        m_t, nv_t = clip(m), clip(nv)
+        # The record terms Pi(y) Pi(m) - (1 - z) beta - Pi(m) Pi(m'beta) + Pi(nv) Pi(nv'beta),
+        # summed over records as matrix-vector products (no (n, d) array of terms).
+        total = (
+            (clip(data.y) - clip(m @ beta)) @ m_t
+            - jnp.sum(miss, axis=0) * beta
+            + clip(nv @ beta) @ nv_t
         )
         t2 = jnp.square(jnp.asarray(truncation))
         if self.sensitivity == "corrected":
@@ -208,7 +210,7 @@ class RegressionMissingCovariates:
             diameter = 6.0 * t2 + jnp.max(jnp.abs(beta))
         else:
             diameter = 6.0 * t2  # as printed (B.6); not a valid bound in general
-        return bounded_mean(terms, diameter, "linf")
+        return bounded_mean_from_sum(total, data.y.shape[0], diameter, "linf")
 
     # -- facts for ledgers and validation ------------------------------------------------------
 
