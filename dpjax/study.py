@@ -177,7 +177,8 @@ def _auto_chunk(setting: Setting, reps: int, budget_bytes: float) -> int:
     )
     block_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in
                       jax.tree_util.tree_leaves(leaves))
-    per_rep = block_bytes * (len(setting.levels) + 2)
+    # the block itself, its generation temporaries, and a clipped copy per level
+    per_rep = block_bytes * (len(setting.levels) + 4)
     if setting.estimator.batching != "disjoint":
         per_rep *= setting.plan.num_blocks
     return int(max(1, min(reps, budget_bytes // max(per_rep, 1))))
