@@ -18,7 +18,8 @@ WORKER = textwrap.dedent(
     """
     import os, sys
     pid, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    os.environ["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=2 "
+                               "--xla_backend_optimization_level=0")  # as in conftest
     import jax
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=2,
@@ -52,4 +53,6 @@ def test_two_processes_match_one(tmp_path):
         _, err = p.communicate(timeout=240)
         assert p.returncode == 0, err[-2000:]
     ref = sweep.run_setting(_setting(), reps=7, seed=3, data_mode="materialize", num_devices=1)
-    np.testing.assert_allclose(np.load(out), ref["error"], rtol=1e-6, atol=1e-7)
+    # Same keys, same draws; vectorised arithmetic over another device layout may round the
+    # last bit differently.
+    np.testing.assert_allclose(np.load(out), ref["error"], rtol=1e-5, atol=1e-6)

@@ -59,12 +59,12 @@ def test_results_do_not_depend_on_the_device_count(reference):
     for devices in (2, 4):
         out = sweep.run_setting(_setting(), reps=7, seed=3, chunk_size=4,
                                 data_mode="materialize", num_devices=devices)
-        np.testing.assert_allclose(out["error"], reference["error"], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(out["error"], reference["error"], rtol=1e-5, atol=1e-6)
 
 
 def test_streamed_batches_equal_materialised_data(reference):
     out = sweep.run_setting(_setting(), reps=7, seed=3, data_mode="stream", num_devices=1)
-    np.testing.assert_allclose(out["error"], reference["error"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(out["error"], reference["error"], rtol=1e-5, atol=1e-6)
 
 
 def test_results_do_not_depend_on_which_other_levels_ran(reference):
