@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from dpjax.algorithms import dp_em
 from dpjax.plotting import Curve, Panel
+from dpjax.study import ConfigError
 from dpjax.sweep import DataPlan, Setting
 
 INF = math.inf
@@ -64,6 +65,20 @@ def level(epsilon: float, n: int, eta: float, truncation: float) -> dict[str, fl
 # --------------------------------------------------------------------------------------------
 
 
+def hd_check(c: Mapping[str, Any]) -> None:
+    """Validate the configuration of the three-panel design (raises :class:`ConfigError`)."""
+    if c["d"] < max(*c["s_grid"], c["s_base"]):
+        raise ConfigError("--set d: d must be at least the largest sparsity in s_grid/s_base")
+    if any(e <= 0 for e in c["eps_grid"]):
+        raise ConfigError("--set eps_grid: every epsilon must be > 0")
+    if c["eps_base"] <= 0:
+        raise ConfigError("--set eps_base: epsilon must be > 0")
+    if any(n < 20 for n in (*c["n_grid"], *c.get("large_n", ()), c["n_base"])):
+        raise ConfigError("--set n_grid/large_n/n_base: n must be at least 20")
+    if c["sigma"] <= 0 or c["eta"] <= 0 or c["truncation_const"] <= 0:
+        raise ConfigError("--set sigma/eta/truncation_const: must be > 0")
+
+
 def hd_pairs(c: Mapping[str, Any]) -> dict[tuple[int, int], set[float]]:
     """(n, s*) -> the epsilons the panels need (each with its non-private twin)."""
     need: dict[tuple[int, int], set[float]] = {}
@@ -102,10 +117,13 @@ def hd_panels(c: Mapping[str, Any]) -> list[Panel]:
     def ls(e):
         return "-" if math.isfinite(e) else "--"
 
-    pa = [Curve(f"n={n}, {eps_label(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
+    def short(e):  # compact legend entries where the curve label already names n or s*
+        return "non-private" if math.isinf(e) else f"eps={e:g}"
+
+    pa = [Curve(f"n={n}, {short(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
                 COLORS[i % 6], ls(e))
           for i, n in enumerate(c["n_grid"]) for e in (c["eps_base"], INF)]
-    pb = [Curve(f"s*={s}, {eps_label(e)}", {"n": c["n_base"], "s": s, "epsilon": e},
+    pb = [Curve(f"s*={s}, {short(e)}", {"n": c["n_base"], "s": s, "epsilon": e},
                 COLORS[i % 6], ls(e))
           for i, s in enumerate(c["s_grid"]) for e in (c["eps_base"], INF)]
     pc = [Curve(eps_label(e), {"n": c["n_base"], "s": c["s_base"], "epsilon": e},
@@ -117,7 +135,7 @@ def hd_panels(c: Mapping[str, Any]) -> list[Panel]:
         Panel(f"(c) n={c['n_base']}, s*={c['s_base']}: varying eps", pc),
     ]
     if c.get("large_n"):
-        pd = [Curve(f"n={n}, {eps_label(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
+        pd = [Curve(f"n={n}, {short(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
                     COLORS[i % 6], ls(e))
               for i, n in enumerate(c["large_n"]) for e in (c["eps_base"], INF)]
         panels.append(Panel(f"(d) added: larger n, s*={c['s_base']}, eps={c['eps_base']:g}", pd))

@@ -12,17 +12,10 @@ and (d), our addition, larger n where the private estimator works (spec 000 §7 
 
 from __future__ import annotations
 
-import math
-
-from dpjax.algorithms import dp_em
 from dpjax.models import GaussianMixture, sparse_unit_beta
-from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, Experiment
-from dpjax.sweep import DataPlan, Setting
-from experiments._em_common import BetaError, InitNearTruth
-
-INF = math.inf
-COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
+from dpjax.plotting import plot_panels
+from dpjax.study import Experiment
+from experiments._em_common import hd_check, hd_panels, hd_settings
 
 DEFAULTS = {
     "d": 1000,
@@ -41,76 +34,12 @@ DEFAULTS = {
 QUICK = {"large_n": (20000,)}
 
 
-def _check(c):
-    if c["d"] < max(max(c["s_grid"]), c["s_base"]):
-        raise ConfigError("--set d: d must be at least the largest sparsity in s_grid/s_base")
-    for name in ("eps_grid",):
-        if any(e <= 0 for e in c[name]):
-            raise ConfigError(f"--set {name}: every epsilon must be > 0")
-    if c["eps_base"] <= 0:
-        raise ConfigError("--set eps_base: epsilon must be > 0")
-    if any(n < 10 for n in (*c["n_grid"], *c["large_n"], c["n_base"])):
-        raise ConfigError("--set n_grid/large_n/n_base: n must be at least 10")
-
-
-def _pairs(c):
-    """(n, s) -> set of epsilons needed by the panels."""
-    need: dict[tuple[int, int], set[float]] = {}
-    for n in c["n_grid"]:
-        need.setdefault((n, c["s_base"]), set()).update({c["eps_base"], INF})
-    for s in c["s_grid"]:
-        need.setdefault((c["n_base"], s), set()).update({c["eps_base"], INF})
-    need.setdefault((c["n_base"], c["s_base"]), set()).update({*c["eps_grid"], INF})
-    for n in c["large_n"]:
-        need.setdefault((n, c["s_base"]), set()).update({c["eps_base"], INF})
-    return need
-
-
 def settings(c):
-    model = GaussianMixture(c["sigma"])
-    init, record = InitNearTruth(c["init_radius"]), BetaError()
-    out = []
-    for (n, s), epss in sorted(_pairs(c).items()):
-        N0 = dp_em.default_num_iterations(n)
-        T = c["truncation_const"] * dp_em.default_truncation(n)
-        levels = tuple(
-            {"epsilon": e, "delta": 1.0 / (2 * n), "eta": c["eta"], "truncation": T}
-            for e in sorted(epss)
-        )
-        out.append(Setting(
-            key=f"n={n},d={c['d']},s={s}",
-            columns={"method": "hd-dp-em", "n": n, "d": c["d"], "s": s, "s_hat": s, "N0": N0},
-            estimator=dp_em.hd_dp_em(model, s, N0),
-            simulate=model.simulate, init=init, record=record,
-            truth=sparse_unit_beta(c["d"], s), plan=DataPlan(N0, n // N0),
-            hparams_type=dp_em.DPEMHyperparams, levels=levels, n=n,
-        ))
-    return out
+    return hd_settings(c, GaussianMixture(c["sigma"]), "hd-dp-em", sparse_unit_beta)
 
 
 def plot(iter_rows, summary, c, path):
-    def eps_label(e):
-        return "non-private" if math.isinf(e) else f"eps={e:g}"
-
-    pa = [Curve(f"n={n}, {eps_label(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
-                COLORS[i % 5], "-" if math.isfinite(e) else "--")
-          for i, n in enumerate(c["n_grid"]) for e in (c["eps_base"], INF)]
-    pb = [Curve(f"s*={s}, {eps_label(e)}", {"n": c["n_base"], "s": s, "epsilon": e},
-                COLORS[i % 5], "-" if math.isfinite(e) else "--")
-          for i, s in enumerate(c["s_grid"]) for e in (c["eps_base"], INF)]
-    pc = [Curve(eps_label(e), {"n": c["n_base"], "s": c["s_base"], "epsilon": e},
-                COLORS[i % 5] if math.isfinite(e) else "black", "-" if math.isfinite(e) else "--")
-          for i, e in enumerate((*c["eps_grid"], INF))]
-    pd = [Curve(f"n={n}, {eps_label(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
-                COLORS[i % 5], "-" if math.isfinite(e) else "--")
-          for i, n in enumerate(c["large_n"]) for e in (c["eps_base"], INF)]
-    panels = [
-        Panel(f"(a) s*={c['s_base']}, eps={c['eps_base']:g}: varying n", pa),
-        Panel(f"(b) n={c['n_base']}, eps={c['eps_base']:g}: varying s*", pb),
-        Panel(f"(c) n={c['n_base']}, s*={c['s_base']}: varying eps", pc),
-        Panel(f"(d) added: larger n, s*={c['s_base']}, eps={c['eps_base']:g}", pd),
-    ]
-    plot_panels(iter_rows, panels, path, suptitle=(
+    plot_panels(iter_rows, hd_panels(c), path, suptitle=(
         f"HD DP-EM, Gaussian mixture (spec 000 Fig. 1), d={c['d']}, sigma={c['sigma']:g}, "
         "honest calibration; error bars: 1 s.e."))
 
@@ -125,7 +54,7 @@ EXPERIMENTS = [
         reps=50,
         quick_reps=5,
         plot=plot,
-        check=_check,
+        check=hd_check,
         description="Panels vary n, s* and epsilon as in the paper, plus a panel at larger n. "
         "Honest calibration (T = sqrt(log n), N0 = ceil(log n)); see experiments/README.md.",
     )

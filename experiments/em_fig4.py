@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dpjax.models import MixtureOfRegressions, sparse_unit_beta
 from dpjax.plotting import plot_panels
-from dpjax.study import ConfigError, Experiment
-from experiments._em_common import hd_panels, hd_settings
+from dpjax.study import Experiment
+from experiments._em_common import hd_check, hd_panels, hd_settings
 
 DEFAULTS = {
     "d": 1000,
@@ -40,17 +40,6 @@ DEFAULTS = {
 # A reduced run (3 compiled shapes): every panel still has two values.
 QUICK = {"d": 100, "n_grid": (4000, 6000), "s_grid": (5, 10), "eps_grid": (0.4, 0.8),
          "n_base": 6000, "large_n": ()}
-
-
-def _check(c):
-    if c["d"] < max(max(c["s_grid"]), c["s_base"]):
-        raise ConfigError("--set d: d must be at least the largest sparsity in s_grid/s_base")
-    if any(e <= 0 for e in (*c["eps_grid"], c["eps_base"])):
-        raise ConfigError("--set eps_grid/eps_base: every epsilon must be > 0")
-    if any(n < 20 for n in (*c["n_grid"], *c["large_n"], c["n_base"])):
-        raise ConfigError("--set n_grid/large_n/n_base: n must be at least 20")
-    if c["sigma"] <= 0 or c["eta"] <= 0 or c["truncation_const"] <= 0:
-        raise ConfigError("--set sigma/eta/truncation_const: must be > 0")
 
 
 def settings(c):
@@ -73,7 +62,7 @@ EXPERIMENTS = [
         reps=50,
         quick_reps=3,
         plot=plot,
-        check=_check,
+        check=hd_check,
         description="Panels vary n, s* and epsilon as in the paper, plus a panel at larger n. "
         "Honest calibration (T = sqrt(log n), N0 = ceil(log n), 4T^2/n0 sensitivity).",
     )
