@@ -80,7 +80,8 @@ def hd_check(c: Mapping[str, Any]) -> None:
 
 
 def hd_pairs(c: Mapping[str, Any]) -> dict[tuple[int, int], set[float]]:
-    """(n, s*) -> the epsilons the panels need (each with its non-private twin)."""
+    """(n, s*) -> the epsilons the three-panel design needs (vary n, s*, eps; each with its
+    non-private twin), plus the optional large-n panel. Shared by em_fig1, em_fig4, glm_fig2."""
     need: dict[tuple[int, int], set[float]] = {}
     for n in c["n_grid"]:
         need.setdefault((n, c["s_base"]), set()).update({c["eps_base"], INF})

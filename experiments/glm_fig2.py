@@ -22,6 +22,7 @@ from dpjax.models.glm import GLM
 from dpjax.plotting import Curve, Panel, plot_panels
 from dpjax.study import ConfigError, Experiment
 from dpjax.sweep import DataPlan, Setting
+from experiments._em_common import hd_pairs
 from experiments._glm_common import INF, GLMRecord, ZeroInit, eps_label, truth
 
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
@@ -57,16 +58,6 @@ def _check(c):
         raise ConfigError("--set T/s_factor >= 1 and b_constant >= 2")
 
 
-def _needs(c):
-    need: dict[tuple[int, int], set[float]] = {}
-    for n in c["n_grid"]:
-        need.setdefault((n, c["s_base"]), set()).update({c["eps_base"], INF})
-    for s in c["s_grid"]:
-        need.setdefault((c["n_base"], s), set()).update({c["eps_base"], INF})
-    need.setdefault((c["n_base"], c["s_base"]), set()).update({*c["eps_grid"], INF})
-    return need
-
-
 def settings(c):
     model = GLM(design="grid8", row_block=c["row_block"] or None)
     T = c["T"]
@@ -88,7 +79,7 @@ def settings(c):
             hparams_type=dp_glm.GLMHyperparams, levels=levels, n=n,
         ))
 
-    for (n, s_true), epss in sorted(_needs(c).items()):
+    for (n, s_true), epss in sorted(hd_pairs(c).items()):
         add("alg5", n, s_true, epss, True)
     if c["unsplit"]:
         add("alg5-unsplit-not-dp", c["n_base"], c["s_base"], {c["eps_base"]}, False)
