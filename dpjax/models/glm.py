@@ -65,7 +65,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate
-from dpjax.mechanisms import BoundedStatistic, clip_l2, clip_linf
+from dpjax.mechanisms import BoundedStatistic, clip_l2, clip_linf, sanitize
 
 __all__ = ["GLM", "GLMData", "decode_design", "sparse_sphere_beta", "sphere_beta"]
 
@@ -295,7 +295,7 @@ class GLM:
 
         def part(x, y):
             xt = self.clip_design(x, norm)
-            u = xt @ beta
+            u = sanitize(xt @ beta)  # a huge public iterate can overflow the predictor
             if math.isfinite(U):
                 u = clip_linf(u, U)
             resid = self.mean(u) - clip_linf(y, R)

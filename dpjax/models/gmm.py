@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf
+from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf, sanitize
 
 __all__ = ["GMMData", "GaussianMixture", "sparse_unit_beta"]
 
@@ -74,7 +74,9 @@ class GaussianMixture:
     def posterior_sign(self, beta: jax.Array, data: GMMData) -> jax.Array:
         """``2 w_beta(y_i) - 1`` for every record, shape ``(n,)``."""
         scale = 1.0 if self.weights == "exact" else 0.5
-        return jnp.tanh(scale * (data.y @ beta) / self.sigma**2)
+        # sanitize: an extreme record can make <beta, y> overflow to inf - inf = NaN; mapped to a
+        # finite value, the weight stays in [-1, 1] (tanh(+-inf) = +-1), as the bound needs.
+        return jnp.tanh(scale * sanitize(data.y @ beta) / self.sigma**2)
 
     def gradient(self, beta: jax.Array, data: GMMData) -> jax.Array:
         """Non-private ``grad Q_n(beta; beta)`` on ``data`` (no truncation)."""

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.mechanisms import BoundedStatistic, clipped_outer_mean
+from dpjax.mechanisms import BoundedStatistic, clipped_outer_mean, l2_norm, sanitize
 
 __all__ = [
     "IVData",
@@ -123,7 +123,7 @@ def clipped_first_stage_gradient(
     record changes one clipped term, each of Frobenius norm at most ``gamma1``: the mean moves by
     at most ``2 gamma1 / n`` in Frobenius norm (spec 004 App. B).
     """
-    resid = data.z @ theta - data.x  # (n, p)
+    resid = _residual(sanitize(data.z @ theta), data.x)  # (n, p)
     return clipped_outer_mean(data.z, resid, gamma1)
 
 
@@ -137,8 +137,8 @@ def clipped_second_stage_gradient(
     non-private function of the data (the paper's Algorithm 3), all ``n`` terms move with one
     record and the sensitivity is ``2 gamma2`` instead (spec 004 §6 A2).
     """
-    w = data.z @ theta  # (n, p)
-    s = w @ beta - data.y  # (n,)
+    w = sanitize(data.z @ theta)  # (n, p)
+    s = _residual(sanitize(w @ beta), data.y)  # (n,)
     stat = clipped_outer_mean(w, s[:, None], gamma2)  # value (p, 1)
     # Dropping the trailing unit axis keeps the l2 norm, hence the sensitivity.
     return BoundedStatistic(stat.value[:, 0], stat.sensitivity, stat.norm, stat.relation)
@@ -146,12 +146,16 @@ def clipped_second_stage_gradient(
 
 def gradient_norms(theta: jax.Array, beta: jax.Array, data: IVData) -> tuple[jax.Array, jax.Array]:
     """Per-sample gradient norms ``(||g_i^Theta||_F, ||g_i^beta||_2)``, each ``(n,)``."""
-    resid = data.z @ theta - data.x
-    w = data.z @ theta
-    s = w @ beta - data.y
-    zn = jnp.sqrt(jnp.sum(jnp.square(data.z), axis=1))
-    return (zn * jnp.sqrt(jnp.sum(jnp.square(resid), axis=1)),
-            jnp.sqrt(jnp.sum(jnp.square(w), axis=1)) * jnp.abs(s))
+    w = sanitize(data.z @ theta)
+    resid = _residual(w, data.x)
+    s = _residual(sanitize(w @ beta), data.y)
+    return l2_norm(data.z) * l2_norm(resid), l2_norm(w) * jnp.abs(s)
+
+
+def _residual(fitted: jax.Array, observed: jax.Array) -> jax.Array:
+    """``fitted - observed``, finite for every record (an overflow becomes +-max, see
+    :func:`~dpjax.mechanisms.sanitize`), so the clipping that follows bounds it."""
+    return sanitize(fitted - sanitize(observed))
 
 
 # --------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate
-from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf
+from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf, sanitize
 
 __all__ = ["MixtureOfRegressions", "MoRData"]
 
@@ -133,7 +133,10 @@ class MixtureOfRegressions:
     def posterior_sign(self, beta: jax.Array, data: MoRData) -> jax.Array:
         """``2 w_beta(x_i, y_i) - 1`` for every record, shape ``(n,)``."""
         scale = 1.0 if self.weights == "exact" else 0.5
-        return jnp.tanh(scale * data.y * (data.x @ beta) / self.sigma**2)
+        # sanitize: for an extreme record <x, beta> may be inf - inf = NaN and y * u may be
+        # 0 * inf; mapped to finite values, the weight stays in [-1, 1] as the bound needs.
+        u = sanitize(data.x @ beta)
+        return jnp.tanh(scale * sanitize(sanitize(data.y) * u) / self.sigma**2)
 
     def _coefficient(self, beta: jax.Array, data: MoRData) -> jax.Array:
         sign = self.posterior_sign(beta, data)

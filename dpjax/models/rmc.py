@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf
+from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf, sanitize
 
 __all__ = ["RMCData", "RegressionMissingCovariates"]
 
@@ -173,12 +173,19 @@ class RegressionMissingCovariates:
     # -- E-step and gradients -----------------------------------------------------------------
 
     def conditional_mean(self, beta: jax.Array, data: RMCData) -> tuple[jax.Array, jax.Array]:
-        """``(m, n)``: ``m_i = E[x_i | observed, y_i; beta]`` and ``n_i = (1 - z_i) * m_i``."""
-        obs = data.z * data.x
+        """``(m, n)``: ``m_i = E[x_i | observed, y_i; beta]`` and ``n_i = (1 - z_i) * m_i``.
+
+        Computed so that every entry is finite for every record with ``z`` in ``[0, 1]``: each
+        product or quotient that an extreme record (or public iterate) can overflow is passed
+        through :func:`~dpjax.mechanisms.sanitize`; on ordinary data this is the textbook
+        formula exactly.
+        """
+        obs = sanitize(data.z * data.x)
         miss = 1.0 - data.z
-        c = (data.y - obs @ beta) / (self.sigma**2 + miss @ jnp.square(beta))
-        n_part = c[:, None] * miss * beta[None, :]
-        return obs + n_part, n_part
+        num = sanitize(sanitize(data.y) - sanitize(obs @ beta))
+        c = sanitize(num / (self.sigma**2 + sanitize(miss @ jnp.square(beta))))
+        n_part = sanitize(c[:, None] * miss * beta[None, :])
+        return sanitize(obs + n_part), n_part
 
     def gradient(self, beta: jax.Array, data: RMCData) -> jax.Array:
         """Non-private ``grad Q_n(beta; beta) = (1/n) sum [y m - K beta]`` (no truncation)."""
@@ -192,6 +199,9 @@ class RegressionMissingCovariates:
         self, beta: jax.Array, data: RMCData, truncation: Any
     ) -> BoundedStatistic:
         """``f_T(grad Q)`` with its l-infinity replace-one sensitivity (corrected or printed)."""
+        # The mask of an admissible record is 0/1; clamping it to [0, 1] keeps every term of an
+        # arbitrary record inside the declared interval (-(1 - z_j) beta_j between 0 and -beta_j).
+        data = RMCData(data.x, jnp.clip(sanitize(data.z), 0.0, 1.0), data.y)
         m, nv = self.conditional_mean(beta, data)
         miss = 1.0 - data.z
         clip = lambda v: clip_linf(v, truncation)  # noqa: E731
