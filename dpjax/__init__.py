@@ -12,12 +12,17 @@ Modules:
     algorithms  -- the estimators of the papers
 """
 
+from importlib import metadata as _metadata
+
 from dpjax import accounting, algorithms, base, mechanisms, models
 from dpjax.accounting import ZCDP, ApproxDP, Ledger
 from dpjax.base import Estimator, run
 from dpjax.mechanisms import BoundedStatistic
 
-__version__ = "0.1.0"
+try:  # one place for the version: pyproject.toml
+    __version__ = _metadata.version("dpjax")
+except _metadata.PackageNotFoundError:  # pragma: no cover - a source tree, not installed
+    __version__ = "unknown"
 
 __all__ = [
     "ApproxDP",

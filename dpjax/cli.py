@@ -12,7 +12,32 @@ import argparse
 import sys
 import textwrap
 
-__all__ = ["main"]
+__all__ = ["main", "enable_compile_cache"]
+
+
+def enable_compile_cache(cache_dir: str | None = None) -> str:
+    """Switch on JAX's persistent compilation cache, so a second run of the same study (same
+    shapes, same XLA flags) loads its kernels instead of compiling them again.
+
+    The directory is ``cache_dir``, else ``$JAX_COMPILATION_CACHE_DIR`` if set, else
+    ``$XDG_CACHE_HOME/dpjax/jax`` (``~/.cache/dpjax/jax``). Every kernel is cached, however
+    quick its compile (the default threshold of one second would skip the small ones).
+    Returns the directory.
+    """
+    import os
+
+    import jax
+
+    if cache_dir is None:
+        cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if not cache_dir:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                 ".cache")
+        cache_dir = os.path.join(base, "dpjax", "jax")
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return cache_dir
 
 
 def _registry():
@@ -56,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto",
                      help="generate each batch inside the scan ('stream') or all data first")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--no-compile-cache", action="store_true",
+                     help="do not use JAX's persistent compilation cache (default: on, in "
+                     "$JAX_COMPILATION_CACHE_DIR or ~/.cache/dpjax/jax)")
     replot = sub.add_parser("plot", help="redraw figure.png of a finished run from its CSV files")
     replot.add_argument("name")
     replot.add_argument("--out", required=True)
@@ -71,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(textwrap.indent(textwrap.fill(exp.description, 88), " " * (width + 2)))
         return 0
 
+    if args.command == "run":
+        if args.no_compile_cache:  # also overrides JAX_COMPILATION_CACHE_DIR, which jax reads
+            import jax
+
+            jax.config.update("jax_enable_compilation_cache", False)
+        else:
+            enable_compile_cache()
     from dpjax.study import ConfigError, replot, run_experiment
 
     if args.name not in reg:

@@ -198,13 +198,17 @@ def summarise(
 
 def environment() -> dict[str, Any]:
     """Package versions and the machine, for config.json."""
+    from importlib import metadata
+
     import jax
     import jaxlib
 
-    import dpjax
-
+    try:
+        version = metadata.version("dpjax")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a source tree, not installed
+        version = "unknown"
     info: dict[str, Any] = {
-        "dpjax": dpjax.__version__,
+        "dpjax": version,
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "numpy": np.__version__,
@@ -216,9 +220,4 @@ def environment() -> dict[str, Any]:
         "devices": [str(d) for d in jax.devices()],
         "process_count": jax.process_count(),
     }
-    for mod in ("optax", "chex"):
-        try:
-            info[mod] = __import__(mod).__version__
-        except ImportError:  # pragma: no cover
-            pass
     return info

@@ -19,3 +19,12 @@ jax.config.update("jax_debug_key_reuse", True)
 @pytest.fixture
 def key():
     return jax.random.key(20261122)
+
+
+@pytest.fixture(autouse=True)
+def _no_persistent_compile_cache(monkeypatch):
+    """In-process CLI calls must not switch JAX's persistent compilation cache on for the rest
+    of the test session (tests/test_cli.py checks the cache in a subprocess)."""
+    import dpjax.cli
+
+    monkeypatch.setattr(dpjax.cli, "enable_compile_cache", lambda cache_dir=None: None)

@@ -66,3 +66,28 @@ def test_module_entry_point_runs_the_demo_help():
     out = subprocess.run([sys.executable, "-m", "dpjax.cli", "demo", "--help"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and "--epsilon" in out.stdout
+
+
+def test_a_second_run_loads_its_kernels_from_the_persistent_cache(tmp_path):
+    """The CLI switches JAX's persistent compilation cache on: the second run of the same study
+    (another output directory) compiles nothing, so it writes no new cache entry."""
+    import os
+
+    cache = tmp_path / "cache"
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache))
+    base = [sys.executable, "-m", "dpjax.cli", "run", "em_fig1", "--quick", "--reps", "1",
+            "--no-progress"] + SMALL
+
+    def run(out):
+        proc = subprocess.run(base + ["--out", str(tmp_path / out)], env=env,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+
+    first = run("a")
+    assert len(first) >= 2  # the study's kernels were written to the cache
+    assert run("b") == first  # nothing compiled again (no new or rewritten entry)
+    proc = subprocess.run(base + ["--out", str(tmp_path / "c"), "--no-compile-cache"],
+                          env=dict(env, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "off")),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and not (tmp_path / "off").exists()
