@@ -30,6 +30,16 @@ from dpjax.sweep import DataPlan, Setting
 
 INF = math.inf
 DELTA = 1e-5  # the paper's delta for the (epsilon, delta) display (Sec 4, footnote 3)
+
+
+def check_delta(c) -> None:
+    """The ``delta`` setting of every IV experiment: the target delta of the ledger's
+    (epsilon, delta) conversion."""
+    from dpjax.study import ConfigError
+
+    d = c["delta"]
+    if not (isinstance(d, float) and 0.0 < d < 1.0):
+        raise ConfigError(f"--set delta: must lie in (0, 1); got {d!r}")
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
           "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
 LINESTYLES = ["-", "--", ":"]
@@ -111,12 +121,15 @@ def parameters(model: LinearIV, seed: int):
 
 
 def level(estimator: Estimator, n: int, *, rho1: float, rho2: float, eta: float, alpha: float,
-          gamma1: float = INF, gamma2: float = INF, **extra: float) -> dict[str, float]:
+          gamma1: float = INF, gamma2: float = INF, delta: float = DELTA,
+          **extra: float) -> dict[str, float]:
     """One level: the hyperparameters and display columns computed from the estimator's ledger
-    (requested and delivered rho; epsilon at delta = 1e-5 by the ledger's conversion and by the
-    paper's Bun-Steinke formula)."""
-    hp = dp_iv.DPIVHyperparams(*(np.float64(v) for v in (rho1, rho2, eta, alpha, gamma1, gamma2)))
-    led = estimator.ledger(n, hp, delta=DELTA)
+    (requested and delivered rho; epsilon at ``delta`` -- the experiment's ``delta`` setting,
+    default the paper's 1e-5 -- by the ledger's conversion and by the paper's Bun-Steinke
+    formula)."""
+    hp = dp_iv.DPIVHyperparams(*(np.float64(v)
+                                 for v in (rho1, rho2, eta, alpha, gamma1, gamma2, delta)))
+    led = estimator.ledger(n, hp)
     rho_req = led.requested.rho if led.requested is not None else INF
     rho_del = led.guarantee.rho if hasattr(led.guarantee, "rho") else INF
     from dpjax.accounting import zcdp_to_approx_dp
@@ -125,8 +138,8 @@ def level(estimator: Estimator, n: int, *, rho1: float, rho2: float, eta: float,
         "rho1": float(rho1), "rho2": float(rho2), "eta": float(eta), "alpha": float(alpha),
         "gamma1": float(gamma1), "gamma2": float(gamma2),
         "rho": float(rho_req), "rho_delivered": float(rho_del),
-        "epsilon": float(led.approx_dp.epsilon), "delta": DELTA,
-        "epsilon_bs": float(zcdp_to_approx_dp(rho_del, DELTA, "bun-steinke").epsilon),
+        "epsilon": float(led.approx_dp.epsilon), "delta": float(delta),
+        "epsilon_bs": float(zcdp_to_approx_dp(rho_del, delta, "bun-steinke").epsilon),
         **{k: float(v) for k, v in extra.items()},
     }
 

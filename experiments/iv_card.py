@@ -34,12 +34,21 @@ from dpjax.models.iv import IVData
 from dpjax.plotting import curve_stats
 from dpjax.study import ConfigError, Experiment
 from dpjax.sweep import DataPlan, Setting
-from experiments._iv_common import COLORS, INF, IVRecord, ZeroInit, level, tracked
+from experiments._iv_common import (
+    COLORS,
+    INF,
+    IVRecord,
+    ZeroInit,
+    check_delta,
+    level,
+    tracked,
+)
 
 INSTRUMENTS = ("nearc2", "nearc4", "fatheduc", "motheduc")
 COLUMNS = ("lwage", "educ", *INSTRUMENTS, "KWW")
 
 DEFAULTS = {
+    "delta": 1e-5,  # target delta of the ledger's (epsilon, delta) conversion
     "T": 15,
     "rho_grid": (0.1, 1.0, 10.0),
     "calibrations": ("paper", "tight"),
@@ -81,6 +90,7 @@ def card_data() -> CardData:
 
 
 def _check(c):
+    check_delta(c)
     if any(r <= 0 for r in c["rho_grid"]) or c["T"] < 1 or min(c["clip_consts"]) <= 0:
         raise ConfigError("--set rho_grid/T/clip_consts: rho > 0, T >= 1, c0 > 0")
     if any(cal not in dp_iv.CALIBRATIONS for cal in c["calibrations"]):
@@ -91,7 +101,7 @@ def settings(c):
     data = card_data()
     n, T = data.n, c["T"]
     s = dp_iv.paper_step_sizes(data.theta_hat, n, c["tau"])
-    common = dict(eta=s.eta, alpha=s.alpha)
+    common = dict(eta=s.eta, alpha=s.alpha, delta=c["delta"])
     g1 = dp_iv.clipping_threshold(n, 4, T, c["tau"], 1.0)
     truth = np.asarray(data.beta_hat, np.float32)
     cols = {"n": n, "d": 1, "s": 1, "p": 1, "q": 4, "T": T,

@@ -27,12 +27,14 @@ from experiments._iv_common import (
     LINESTYLES,
     IVRecord,
     ZeroInit,
+    check_delta,
     level,
     parameters,
     tracked,
 )
 
 DEFAULTS = {
+    "delta": 1e-5,  # target delta of the ledger's (epsilon, delta) conversion
     "dims": (5, 50),
     "n_grid": (250, 500, 1000, 2000, 4000, 8000),
     "T": 20,
@@ -48,6 +50,7 @@ QUICK = {"dims": (5,), "n_grid": (500, 2000), "clip_consts": (1.0,), "references
 
 
 def _check(c):
+    check_delta(c)
     if len(c["rho1_grid"]) != len(c["rho2_grid"]):
         raise ConfigError("--set rho1_grid/rho2_grid: give the same number of values (pairs)")
     if any(r <= 0 for r in (*c["rho1_grid"], *c["rho2_grid"])):
@@ -69,7 +72,7 @@ def settings(c):
         for n in c["n_grid"]:
             steps = dp_iv.paper_step_sizes(prm.theta, n, c["tau"])
             cols = {"n": n, "d": d, "s": d, "p": d, "q": d, "r": d, "T": T}
-            common = dict(eta=steps.eta, alpha=steps.alpha)
+            common = dict(eta=steps.eta, alpha=steps.alpha, delta=c["delta"])
             dp = dp_iv.dp_2s_gd(T, c["calibration"])
             levels = tuple(
                 level(dp, n, rho1=r1, rho2=r2, gamma1=g, gamma2=g, c0=c0, **common)

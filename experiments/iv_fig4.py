@@ -21,6 +21,7 @@ from dpjax.study import ConfigError, Experiment
 from experiments._iv_common import (
     COLORS,
     INF,
+    check_delta,
     final_rows,
     horizon_setting,
     level,
@@ -28,6 +29,7 @@ from experiments._iv_common import (
 )
 
 DEFAULTS = {
+    "delta": 1e-5,  # target delta of the ledger's (epsilon, delta) conversion
     "n": 1000,
     "dim": 5,
     "T_grid": (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 3000),
@@ -42,6 +44,7 @@ QUICK = {"T_grid": (10, 100)}
 
 
 def _check(c):
+    check_delta(c)
     if any(r <= 0 for r in (*c["rho_grid"], c["rho_large"])):
         raise ConfigError("--set rho_grid/rho_large: every rho must be > 0")
     if min(c["T_grid"]) < 1 or c["n"] < 10 or c["dim"] < 1 or c["clip_const"] <= 0:
@@ -55,7 +58,7 @@ def settings(c):
     model = LinearIV(d, d, d)
     prm, truth = parameters(model, c["param_seed"])
     steps = dp_iv.paper_step_sizes(prm.theta, n, c["tau"])
-    common = dict(eta=steps.eta, alpha=steps.alpha)
+    common = dict(eta=steps.eta, alpha=steps.alpha, delta=c["delta"])
     big = c["rho_large"]
     out = []
     for T in c["T_grid"]:

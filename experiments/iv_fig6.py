@@ -24,6 +24,7 @@ from dpjax.study import ConfigError, Experiment
 from experiments._iv_common import (
     COLORS,
     INF,
+    check_delta,
     final_rows,
     horizon_setting,
     level,
@@ -31,6 +32,7 @@ from experiments._iv_common import (
 )
 
 DEFAULTS = {
+    "delta": 1e-5,  # target delta of the ledger's (epsilon, delta) conversion
     "n": 1000,
     "dim": 5,
     "T_grid": (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 3000),
@@ -45,6 +47,7 @@ QUICK = {"T_grid": (20, 200)}
 
 
 def _check(c):
+    check_delta(c)
     if any(r <= 0 for r in (*c["rho2_grid"], c["rho1"])):
         raise ConfigError("--set rho2_grid/rho1: every rho must be > 0")
     if min(c["T_grid"]) < 1 or c["n"] < 10 or c["dim"] < 1 or c["clip_const"] <= 0:
@@ -58,7 +61,7 @@ def settings(c):
     model = LinearIV(d, d, d)
     prm, truth = parameters(model, c["param_seed"])
     steps = dp_iv.paper_step_sizes(prm.theta, n, c["tau"])
-    common = dict(eta=steps.eta, alpha=steps.alpha)
+    common = dict(eta=steps.eta, alpha=steps.alpha, delta=c["delta"])
     out = []
     for T in c["T_grid"]:
         g = dp_iv.clipping_threshold(n, d, T, c["tau"], c["clip_const"])

@@ -28,12 +28,14 @@ from experiments._iv_common import (
     INF,
     IVRecord,
     ZeroInit,
+    check_delta,
     level,
     parameters,
     tracked,
 )
 
 DEFAULTS = {
+    "delta": 1e-5,  # target delta of the ledger's (epsilon, delta) conversion
     "n": 2000,
     "dim": 5,
     "T": 20,
@@ -50,6 +52,7 @@ QUICK = {"fractions": (0.2, 0.6, 1.0)}
 
 
 def _check(c):
+    check_delta(c)
     if c["rho1"] <= 0 or c["rho2"] <= 0:
         raise ConfigError("--set rho1/rho2: rho must be > 0")
     if not all(0 < f <= 1 for f in (*c["fractions"], c["fixed_eta_fraction"])):
@@ -78,10 +81,11 @@ def settings(c):
     est = dp_iv.dp_2s_gd(T, c["calibration"])
     levels = tuple(
         level(est, n, rho1=c["rho1"], rho2=c["rho2"], eta=ef * s.eta_max,
-              alpha=af * s.alpha_max, gamma1=g, gamma2=g, eta_frac=ef, alpha_frac=af)
+              alpha=af * s.alpha_max, gamma1=g, gamma2=g, delta=c["delta"], eta_frac=ef,
+              alpha_frac=af)
         for ef, af in _pairs(c, s)
     )
-    levels += (level(est, n, rho1=INF, rho2=INF, eta=s.eta, alpha=s.alpha,
+    levels += (level(est, n, rho1=INF, rho2=INF, eta=s.eta, alpha=s.alpha, delta=c["delta"],
                      eta_frac=s.eta / s.eta_max, alpha_frac=s.alpha / s.alpha_max),)
     return [Setting(
         key=f"dp,n={n},d={d}", columns={"method": est.name, "n": n, "d": d, "s": d, "p": d,

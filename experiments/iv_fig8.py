@@ -23,12 +23,14 @@ from experiments._iv_common import (
     INF,
     IVRecord,
     ZeroInit,
+    check_delta,
     level,
     parameters,
     tracked,
 )
 
 DEFAULTS = {
+    "delta": 1e-5,  # target delta of the ledger's (epsilon, delta) conversion
     "n": 2000,
     "dim": 5,
     "T": 20,
@@ -46,6 +48,7 @@ QUICK = {"num_gammas": 4, "rule_consts": (1.0,)}
 
 
 def _check(c):
+    check_delta(c)
     if c["rho1"] <= 0 or c["rho2"] <= 0:
         raise ConfigError("--set rho1/rho2: rho must be > 0")
     if not 0 < c["gamma_min"] < c["gamma_max"] or c["num_gammas"] < 2:
@@ -70,7 +73,7 @@ def settings(c):
     s = dp_iv.paper_step_sizes(prm.theta, n, c["tau"])
     est = dp_iv.dp_2s_gd(T, c["calibration"])
     grid, rule = gammas(c)
-    common = dict(eta=s.eta, alpha=s.alpha)
+    common = dict(eta=s.eta, alpha=s.alpha, delta=c["delta"])
     levels = tuple(level(est, n, rho1=c["rho1"], rho2=c["rho2"], gamma1=g, gamma2=g,
                          rule=float(g in rule), **common) for g in sorted({*grid, *rule}))
     levels += (level(est, n, rho1=INF, rho2=INF, rule=0.0, **common),)

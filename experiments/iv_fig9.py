@@ -16,9 +16,17 @@ from dpjax.algorithms import dp_iv
 from dpjax.models.iv import LinearIV
 from dpjax.plotting import Curve, Panel, plot_panels
 from dpjax.study import ConfigError, Experiment
-from experiments._iv_common import INF, final_rows, horizon_setting, level, parameters
+from experiments._iv_common import (
+    INF,
+    check_delta,
+    final_rows,
+    horizon_setting,
+    level,
+    parameters,
+)
 
 DEFAULTS = {
+    "delta": 1e-5,  # target delta of the ledger's (epsilon, delta) conversion
     "dim": 20,
     "n_grid": (500, 1000, 2000, 3000, 4000, 5000),
     "T_grid": (100, 1000),
@@ -29,6 +37,7 @@ QUICK = {"n_grid": (500, 2000), "T_grid": (100,)}
 
 
 def _check(c):
+    check_delta(c)
     if min(c["n_grid"]) < 10 or min(c["T_grid"]) < 1 or c["dim"] < 1:
         raise ConfigError("--set n_grid/T_grid/dim: n >= 10, T >= 1, dim >= 1")
 
@@ -40,7 +49,7 @@ def settings(c):
     out = []
     for n in c["n_grid"]:
         s = dp_iv.paper_step_sizes(prm.theta, n, c["tau"])
-        common = dict(rho1=INF, rho2=INF, eta=s.eta, alpha=s.alpha)
+        common = dict(rho1=INF, rho2=INF, eta=s.eta, alpha=s.alpha, delta=c["delta"])
         for T in c["T_grid"]:
             gd = dp_iv.two_stage_gd(T)
             out.append(horizon_setting(f"gd,T={T},n={n}", gd.name, gd, model, truth, n, T,

@@ -226,7 +226,7 @@ def test_ledger_delivers_the_rho_its_noise_earns(calibration, factor):
 def test_zcdp_composition_and_conversion_against_dp_accounting():
     n, T, g1, g2, rho1, rho2, delta = 500, 15, 10.0, 4.0, 0.4, 0.9, 1e-5
     led = dp_iv.dp_2s_gd(T, "paper").ledger(
-        n, dp_iv.make_hparams(rho1, rho2, 0.5, 0.1, g1, g2), delta=delta)
+        n, dp_iv.make_hparams(rho1, rho2, 0.5, 0.1, g1, g2, delta))
     m1, m2 = (r.multiplier for r in led.releases)  # sigma / Delta per stage
     event = dpa.ComposedDpEvent([
         dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(m1), T),

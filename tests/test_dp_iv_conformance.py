@@ -33,7 +33,7 @@ def _iv_cases() -> list[Case]:
     params0 = (jnp.zeros((3, 2)), jnp.zeros(2))
 
     def hp(level):
-        return dp_iv.DPIVHyperparams(*map(jnp.float32, (level, level, 0.5, 0.03, 5.0, 5.0)))
+        return dp_iv.DPIVHyperparams(*map(jnp.float32, (level, level, 0.5, 0.03, 5.0, 5.0, 1e-5)))
 
     T = 4
     return [

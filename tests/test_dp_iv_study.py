@@ -132,3 +132,34 @@ def test_an_iv_experiment_runs_end_to_end(tmp_path):
     assert {"epsilon", "delta", "clip2_mean"} <= set(rows[0])
     led = out.config["settings"][0]["levels"][0]["ledger"]
     assert led["composition"] == "zcdp" and led["guarantee"]["rho"] == pytest.approx(5.0)
+
+
+def test_an_iv_study_takes_delta_and_records_it_in_the_ledger(tmp_path):
+    """delta is a setting of every IV experiment: it reaches the hyperparameters, the ledger's
+    (epsilon, delta) conversion in config.json and the results columns."""
+    import json
+
+    from dpjax import accounting
+    from dpjax.study import ConfigError, run_experiment
+    from experiments import registry
+
+    exp = registry()["iv_fig8"]
+    small = {"n": "300", "num_gammas": "2", "T": "3"}
+    run_experiment(exp, tmp_path, reps=2, quick=True, progress=False,
+                   overrides=small | {"delta": "1e-3"})
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    levels = [lv for s in cfg["settings"] for lv in s["levels"]]
+    private = [lv for lv in levels if lv["ledger"]["is_private"]]
+    assert private
+    for lv in levels:
+        assert lv["hparams"]["delta"] == 1e-3
+    for lv in private:
+        led = lv["ledger"]
+        assert led["approx_dp"]["delta"] == 1e-3
+        rho = led["guarantee"]["rho"]
+        assert led["approx_dp"]["epsilon"] == pytest.approx(
+            accounting.zcdp_to_approx_dp(rho, 1e-3).epsilon)
+    assert {r["delta"] for r in results.read_csv(tmp_path / "summary.csv")} == {1e-3}
+    with pytest.raises(ConfigError, match="delta"):
+        run_experiment(exp, tmp_path / "bad", reps=1, quick=True, progress=False,
+                       overrides=small | {"delta": "1.5"})

@@ -109,6 +109,7 @@ class DPIVHyperparams(NamedTuple):
     alpha: jax.Array  # () second-stage step size
     gamma1: jax.Array  # () first-stage clipping threshold (Frobenius); inf: none
     gamma2: jax.Array  # () second-stage clipping threshold (l2); inf: none
+    delta: jax.Array  # () target delta of the ledger's (epsilon, delta) conversion (accounting)
 
 
 class DPIVState(NamedTuple):
@@ -271,10 +272,10 @@ def _ledger(
     T: int,
     n: int,
     hparams: DPIVHyperparams,
-    delta: float = DEFAULT_DELTA,
 ) -> Ledger:
-    """The privacy ledger of one run (one privacy level) on ``n`` records."""
-    rho1, rho2, eta, alpha, gamma1, gamma2 = (float(np.asarray(v)) for v in hparams)
+    """The privacy ledger of one run (one privacy level) on ``n`` records; the zCDP guarantee
+    is converted to (epsilon, delta) at ``hparams.delta``."""
+    rho1, rho2, eta, alpha, gamma1, gamma2, delta = (float(np.asarray(v)) for v in hparams)
     notes = [f"n = {n}, T = {T}, eta = {eta:g}, alpha = {alpha:g}, "
              f"gamma1 = {gamma1:g}, gamma2 = {gamma2:g}"]
     if variant in ("none", "2sls"):
@@ -409,11 +410,12 @@ def contraction_factors(eta: float, alpha: float, s: StepSizes) -> tuple[float, 
 
 
 def make_hparams(rho1: Any, rho2: Any, eta: Any, alpha: Any, gamma1: Any = math.inf,
-                 gamma2: Any = math.inf) -> DPIVHyperparams:
-    """Hyperparameters as float32 NumPy arrays (they broadcast, so grids are fine)."""
+                 gamma2: Any = math.inf, delta: Any = DEFAULT_DELTA) -> DPIVHyperparams:
+    """Hyperparameters as NumPy arrays (they broadcast, so grids are fine): float32 for the
+    kernel, and ``delta`` (accounting only, read on the host) in float64 as given."""
     b = np.broadcast_arrays(*(np.asarray(v, np.float64)
-                              for v in (rho1, rho2, eta, alpha, gamma1, gamma2)))
-    return DPIVHyperparams(*(x.astype(np.float32) for x in b))
+                              for v in (rho1, rho2, eta, alpha, gamma1, gamma2, delta)))
+    return DPIVHyperparams(*(x.astype(np.float32) for x in b[:-1]), b[-1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -508,7 +510,7 @@ def _fit(
         estimator = dp_2s_gd_beta_only(T, calibration)
     else:
         estimator = dp_2s_gd(T, calibration)
-    hp = make_hparams(r1, r2, e, a, g1, g2)
+    hp = make_hparams(r1, r2, e, a, g1, g2, float(delta))
     state0 = estimator.init((jnp.asarray(th0, dtype), jnp.asarray(b0, dtype)))
 
     final, (trace, clip) = _run_jit(
@@ -520,7 +522,7 @@ def _fit(
             "the iterates are not finite; the step sizes are too large for this data "
             "(2S-GD needs eta < 2/lambda_max(Z^T Z/n) and alpha < 2/lambda_max(H))"
         )
-    led = estimator.ledger(n, hp, delta=float(delta))
+    led = estimator.ledger(n, hp)
     return FitResult(estimate, np.asarray(final.theta), np.asarray(trace.beta),
                      np.asarray(trace.theta), np.asarray(clip), led, hp)
 
