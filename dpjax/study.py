@@ -11,6 +11,7 @@ with resumable chunks and a progress bar, and writes ``results.csv``, ``iteratio
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +56,8 @@ class Experiment:
         runner: a custom runner instead of ``settings`` (see :class:`CustomRun`).
         summary_extra: other recorded metrics to summarise in ``summary.csv`` besides
             ``error`` (columns ``{name}_mean``, ``{name}_se``, ``{name}_sd``).
+        optional: list settings that may be empty (``--set large_n=`` switches that panel
+            off); every other list needs at least one value.
     """
 
     name: str
@@ -69,6 +72,7 @@ class Experiment:
     description: str = ""
     runner: Callable[..., CustomRun] | None = None
     summary_extra: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.settings is None) == (self.runner is None):
@@ -112,19 +116,27 @@ def _parse(name: str, raw: str, default: Any) -> Any:
             raise fail("an integer") from None
     if isinstance(default, float):
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
             raise fail("a number") from None
+        if math.isnan(value):
+            raise fail("a number (not NaN)")
+        return value
     if isinstance(default, tuple):
+        # An empty value ("--set large_n=") is the empty list: it switches a panel off where
+        # the experiment allows it (its check says so otherwise).
         elem = default[0] if default else 0.0
         kind = "integers" if isinstance(elem, int) else "numbers"
         parts = [p for p in raw.replace(" ", "").split(",") if p]
-        if not parts:
+        if not parts and raw.strip():
             raise fail(f"a comma-separated list of {kind}")
         try:
-            return tuple(int(p) if isinstance(elem, int) else float(p) for p in parts)
+            values = tuple(int(p) if isinstance(elem, int) else float(p) for p in parts)
         except ValueError:
             raise fail(f"a comma-separated list of {kind}") from None
+        if any(math.isnan(v) for v in values):
+            raise fail(f"a comma-separated list of {kind} (no NaN)")
+        return values
     if isinstance(default, str):
         return raw
     raise ConfigError(f"--set {name}: this setting cannot be changed from the command line")
@@ -148,6 +160,9 @@ def resolve_config(
             )
         default = experiment.defaults[name]
         config[name] = _parse(name, value, default) if isinstance(value, str) else value
+        if config[name] == () and default != () and name not in experiment.optional:
+            raise ConfigError(f"--set {name}: needs at least one value (this panel cannot be "
+                              "switched off)")
     if experiment.check is not None:
         experiment.check(config)
     return config
@@ -170,18 +185,62 @@ class StudyOutput:
     traces: dict[str, dict[str, np.ndarray]]
 
 
-def _auto_chunk(setting: Setting, reps: int, budget_bytes: float) -> int:
-    """Repetitions per chunk so that a chunk's data and per-level temporaries fit the budget."""
+def _rep_bytes(setting: Setting) -> int:
+    """Bytes one repetition needs: its data block, generation temporaries and a clipped copy
+    per level (all blocks when every iteration sees all data). Read off shapes only."""
     leaves = jax.eval_shape(
         lambda k: setting.simulate(k, setting.plan.block_size, setting.truth), jax.random.key(0)
     )
     block_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in
                       jax.tree_util.tree_leaves(leaves))
-    # the block itself, its generation temporaries, and a clipped copy per level
     per_rep = block_bytes * (len(setting.levels) + 4)
     if setting.estimator.batching != "disjoint":
         per_rep *= setting.plan.num_blocks
-    return int(max(1, min(reps, budget_bytes // max(per_rep, 1))))
+    return int(per_rep)
+
+
+def _auto_chunk(setting: Setting, reps: int, budget_bytes: float) -> int:
+    """Repetitions per chunk so that a chunk's data and per-level temporaries fit the budget."""
+    return int(max(1, min(reps, budget_bytes // max(_rep_bytes(setting), 1))))
+
+
+def _physical_memory() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return math.inf
+
+
+def _check_memory(settings: Sequence[Setting]) -> None:
+    """Fail fast, before anything is allocated or written, when one repetition of a setting
+    cannot fit in this machine's memory (chunking cannot split a repetition)."""
+    have = _physical_memory()
+    for s in settings:
+        need = _rep_bytes(s)
+        if need > have:
+            cols = ", ".join(f"{k}={v}" for k, v in s.columns.items() if k in ("n", "d", "s"))
+            raise ConfigError(
+                f"setting {s.key!r} ({cols}): one repetition needs {need / 2**30:,.1f} GiB, "
+                f"more than this machine's {have / 2**30:,.1f} GiB; choose smaller sizes"
+            )
+
+
+def _check_out_dir(out: Path) -> None:
+    """``--out`` must be a directory or creatable as one; checked before anything is computed."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory")
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: {probe} is not a writable directory")
+
+
+def _make_out_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
 
 
 def _level_columns(setting: Setting, level: Mapping[str, float]) -> dict[str, Any]:
@@ -224,9 +283,10 @@ def run_experiment(
     if chunk_size is not None and chunk_size < 1:
         raise ConfigError(f"--chunk-size must be >= 1; got {chunk_size}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    _check_out_dir(out)
     traces: dict[str, dict[str, np.ndarray]] = {}
     if experiment.runner is not None:
+        _make_out_dir(out)
         custom = experiment.runner(config, reps=reps, seed=seed, progress=progress)
         rows, iter_rows, setting_meta = custom.rows, custom.iteration_rows, custom.settings_meta
         by = list(custom.by)
@@ -284,7 +344,12 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
         {"experiment": experiment.name, "config": config, "seed": seed,
          "settings": [[s.key, s.columns, list(s.levels)] for s in settings]}
     )
-    store = results.ChunkStore(out, fp)
+    _check_memory(settings)
+    _make_out_dir(out)
+    try:
+        store = results.ChunkStore(out, fp)
+    except ValueError as exc:  # a different configuration's results are there
+        raise ConfigError(f"--out {out}: {exc}") from None
     total = reps * len(settings)
     show = progress and jax.process_index() == 0
     bar = sweep.default_progress(total, experiment.name) if show else None

@@ -55,6 +55,7 @@ EXPERIMENTS = [
         quick_reps=5,
         plot=plot,
         check=hd_check,
+        optional=("large_n",),
         description="Panels vary n, s* and epsilon as in the paper, plus a panel at larger n. "
         "Honest calibration (T = sqrt(log n), N0 = ceil(log n)); see experiments/README.md.",
     )

@@ -19,6 +19,8 @@ stated budget, shown because it resembles the paper's figure (spec 003 §4.4).
 
 from __future__ import annotations
 
+import math
+
 from dpjax.algorithms import dp_glm
 from dpjax.models.glm import GLM
 from dpjax.plotting import Curve, Panel, plot_panels
@@ -49,6 +51,12 @@ QUICK = {"n_grid": (4000,), "n_base": 4000, "d_grid": (5, 10), "d_base": 5, "T":
 
 
 def _check(c):
+    if min(*c["n_grid"], c["n_base"]) < 10:
+        raise ConfigError("--set n_grid/n_base: every n must be >= 10")
+    if min(*c["d_grid"], c["d_base"]) < 1:
+        raise ConfigError("--set d_grid/d_base: every d must be >= 1")
+    if not (0 < c["eta"] < math.inf):
+        raise ConfigError(f"--set eta: the step size must be finite and > 0; got {c['eta']}")
     if any(e <= 0 for e in (*c["eps_grid"], c["eps_base"])):
         raise ConfigError("--set eps_grid/eps_base: every epsilon must be > 0")
     if c["T"] < 1 or min(c["T_grid"]) < 1 or c["b_constant"] < 2:

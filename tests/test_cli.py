@@ -91,3 +91,51 @@ def test_a_second_run_loads_its_kernels_from_the_persistent_cache(tmp_path):
                           env=dict(env, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "off")),
                           capture_output=True, text=True)
     assert proc.returncode == 0 and not (tmp_path / "off").exists()
+
+
+@pytest.mark.parametrize(
+    "name,extra,message",
+    [
+        ("glm_fig1", ["--set", "n_base=0"], "--set n_grid/n_base: every n must be >= 10"),
+        ("glm_fig1", ["--set", "d_grid=0"], "--set d_grid/d_base: every d must be >= 1"),
+        ("glm_fig1", ["--set", "eta=nan"], "--set eta: expected a number (not NaN)"),
+        ("glm_fig1", ["--set", "eta=inf"], "--set eta: the step size must be finite and > 0"),
+        ("em_fig1", ["--set", "eps_grid=0.5,nan"], "--set eps_grid: expected a comma-separated"),
+        ("em_fig1", ["--set", "eps_grid="], "--set eps_grid: needs at least one value"),
+        ("em_fig1", ["--set", "n_base=1000000000000"], "one repetition needs"),
+        ("iv_fig8", ["--set", "delta=0"], "--set delta: must lie in (0, 1)"),
+        ("iv_fig8", ["--set", "delta=1"], "--set delta: must lie in (0, 1)"),
+    ],
+)
+def test_bad_inputs_give_one_clear_line_and_write_nothing(tmp_path, capsys, name, extra,
+                                                          message):
+    out = tmp_path / "out"
+    code = cli.main(["run", name, "--out", str(out), "--no-progress"] + extra)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err
+    assert err.startswith("dpjax: error: ") and "Traceback" not in err
+    assert not out.exists()  # nothing computed, nothing written
+
+
+def test_bad_output_directories(tmp_path, capsys):
+    small = ["--quick", "--reps", "1", "--no-progress"] + SMALL
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert cli.main(["run", "em_fig1", "--out", str(a_file)] + small) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
+    assert cli.main(["run", "em_fig1", "--out", "/proc/dpjax-test/out"] + small) == 2
+    assert "--out /proc/dpjax-test/out" in capsys.readouterr().err
+    out = tmp_path / "run"
+    assert cli.main(["run", "em_fig1", "--out", str(out)] + small) == 0
+    before = sorted(p.name for p in out.rglob("*"))
+    assert cli.main(["run", "em_fig1", "--out", str(out)] + small + ["--set", "eps_grid=0.7"]) == 2
+    err = capsys.readouterr().err
+    assert "holds results of a different configuration" in err and "Traceback" not in err
+    assert sorted(p.name for p in out.rglob("*")) == before
+
+
+def test_an_empty_optional_list_switches_its_panel_off(tmp_path):
+    out = tmp_path / "run"
+    args = ["run", "em_fig1", "--out", str(out), "--quick", "--reps", "1", "--no-progress"]
+    assert cli.main(args + SMALL + ["--set", "large_n="]) == 0
+    assert {r["n"] for r in results.read_csv(out / "results.csv")} == {800, 1000}
