@@ -28,6 +28,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
+import numpy as np
+
 __all__ = [
     "ApproxDP",
     "Budget",
@@ -314,69 +316,87 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
 # The ledger
 # --------------------------------------------------------------------------------------------
 
-MechanismKind = Literal["laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht", "none"]
-
-
 @dataclasses.dataclass(frozen=True)
 class Release:
-    """One privatised release (possibly repeated ``count`` times, e.g. once per iteration).
+    """A stream of releases of one mechanism (e.g. one per iteration), read off their
+    :class:`~dpjax.mechanisms.PrivacyEvent` s -- never typed in.
+
+    Build with :meth:`from_event`. The per-release guarantees are computed from each event's
+    *true* sensitivity and the noise scale it actually drew, by inverting the calibration
+    (:func:`dpjax.mechanisms.epsilon_constant`, the one place each constant lives):
+    ``epsilon = true_sensitivity * K / scale`` for Laplace, classic Gaussian and NoisyHT,
+    ``rho = (true_sensitivity / scale)^2 / 2`` for the zCDP Gaussian.
 
     Attributes:
-        mechanism: ``"laplace"``, ``"gaussian-classic"``, ``"gaussian-zcdp"``,
-            ``"noisy-ht"``, or ``"none"`` (a non-private release: no guarantee).
+        mechanism: the events' kind.
         statistic: what is released, in words/math.
-        sensitivity: the declared sensitivity the noise is calibrated from, as a formula.
-        norm: the norm of the sensitivity.
-        multiplier: noise scale per unit of declared sensitivity (Laplace b/Delta or Gaussian
-            sigma/Delta); 0 means no noise.
-        count: how many times the release is made.
+        norm, relation: of the sensitivity.
+        count: how many releases the stream holds.
+        sensitivity: the declared sensitivity (the largest over the stream).
+        scale: the noise scale (the smallest over the stream).
+        sensitivity_ratio: true / declared sensitivity (the largest; ``inf`` if unbounded).
+        delta: the delta of a classic-Gaussian or NoisyHT calibration (the largest).
+        s, log_constant: NoisyHT's selected coordinates; the classic Gaussian's ``c``.
         data: which records each release touches (``"disjoint batch"``, ``"full data"``, ...).
-        delta: the delta of a classic-Gaussian or NoisyHT release (the one its calibration used).
-        s: the number of released coordinates (NoisyHT).
-        log_constant: the ``c`` of ``log(c/delta)`` (classic Gaussian).
-        sensitivity_ratio: true / declared sensitivity (>= 1 for an under-noised paper-literal
-            variant; ``inf`` if unbounded). The delivered budget uses the true sensitivity.
-        noise: the noise scale as a formula, for the record.
+        epsilons: per-release epsilon (approx-DP kinds) or rho (``"gaussian-zcdp"``), in order.
+        deltas: per-release delta.
     """
 
-    mechanism: MechanismKind
+    mechanism: str
     statistic: str
-    sensitivity: str
     norm: str
-    multiplier: float
-    count: int = 1
-    data: str = "full data"
-    delta: float = 0.0
-    s: int = 1
-    log_constant: float = 1.25
-    sensitivity_ratio: float = 1.0
-    noise: str = ""
+    relation: str
+    count: int
+    sensitivity: float
+    scale: float
+    sensitivity_ratio: float
+    delta: float
+    s: int
+    log_constant: float
+    data: str
+    epsilons: tuple[float, ...]
+    deltas: tuple[float, ...]
+
+    @classmethod
+    def from_event(cls, event: Any, statistic: str, data: str = "full data") -> Release:
+        """Summarise a (stacked) privacy event: every array entry is one release."""
+        from dpjax.mechanisms import epsilon_constant
+
+        sens, scale, true, delta = (np.asarray(x, np.float64).ravel() for x in (
+            event.sensitivity, event.scale, event.true_sensitivity, event.delta))
+        sens, scale, true, delta = np.broadcast_arrays(sens, scale, true, delta)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(true == sens, 1.0, true / sens)
+            noisy = (scale > 0) & np.isfinite(true)
+            if event.kind == "none":
+                per = np.full(sens.shape, _INF)
+            elif event.kind == "gaussian-zcdp":
+                per = np.where(noisy, 0.5 * np.square(true / np.where(noisy, scale, 1.0)), _INF)
+            else:
+                k = np.asarray([epsilon_constant(event.kind, max(dl, 1e-300), event.s,
+                                                 event.log_constant) for dl in delta])
+                per = np.where(noisy, true * k / np.where(noisy, scale, 1.0), _INF)
+        return cls(event.kind, statistic, event.norm, event.relation, int(sens.size),
+                   float(np.max(sens)), float(np.min(scale)), float(np.max(ratio)),
+                   float(np.max(delta)), int(event.s), float(event.log_constant), data,
+                   tuple(float(x) for x in per), tuple(float(x) for x in delta))
+
+    def budgets(self) -> list[Budget]:
+        """The guarantee of each release, in order."""
+        if self.mechanism == "gaussian-zcdp":
+            return [ZCDP(r) for r in self.epsilons]
+        if self.mechanism == "none":
+            return [ApproxDP(_INF, 0.0) for _ in self.epsilons]
+        return [ApproxDP(e, d) for e, d in zip(self.epsilons, self.deltas)]
 
     def delivered(self) -> Budget:
-        """The budget one release actually delivers, from its true sensitivity and its noise."""
-        r, m = float(self.sensitivity_ratio), float(self.multiplier)
-        if self.mechanism == "none":
-            return ApproxDP(_INF, 0.0)
-        if self.mechanism == "gaussian-zcdp":
-            if m == 0 or not math.isfinite(r):
-                return ZCDP(_INF)
-            return ZCDP(r * r / (2.0 * m * m))
-        if m == 0 or not math.isfinite(r):
-            return ApproxDP(_INF, self.delta)
-        if self.mechanism == "laplace":
-            return ApproxDP(r / m, 0.0)
-        if self.mechanism == "noisy-ht":
-            return ApproxDP(r * 2.0 * math.sqrt(3.0 * self.s * math.log(1.0 / self.delta)) / m,
-                            self.delta)
-        if self.mechanism == "gaussian-classic":
-            return ApproxDP(
-                r * math.sqrt(2.0 * math.log(self.log_constant / self.delta)) / m, self.delta
-            )
-        raise ValueError(f"unknown mechanism {self.mechanism!r}")
+        """The weakest single release's guarantee."""
+        return max(self.budgets(), key=lambda b: b.rho if isinstance(b, ZCDP) else b.epsilon)
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["multiplier"] = _json_float(self.multiplier)
+        out = {k: v for k, v in dataclasses.asdict(self).items()
+               if k not in ("epsilons", "deltas")}
+        out["sensitivity"] = _json_float(self.sensitivity)
         out["sensitivity_ratio"] = _json_float(self.sensitivity_ratio)
         out["delivered_per_release"] = self.delivered().to_dict()
         return out
@@ -437,14 +457,11 @@ class Ledger:
         rel = tuple(releases)
         if not rel:
             raise ValueError("a ledger needs at least one release")
-        per = [(r.delivered(), r.count) for r in rel]
+        per = [b for r in rel for b in r.budgets()]
         notes = tuple(notes)
         if composition == "zcdp":
-            rhos = []
-            for b, k in per:
-                zb = b if isinstance(b, ZCDP) else _approx_to_zcdp(b)
-                rhos.append(ZCDP(zb.rho * k))
-            guarantee: Budget = compose_zcdp(rhos)
+            guarantee: Budget = compose_zcdp(
+                [b if isinstance(b, ZCDP) else _approx_to_zcdp(b) for b in per])
             if delta is None:
                 raise ValueError("composition='zcdp' needs the target delta for the conversion")
             if conversion == "gaussian":  # exact for all-Gaussian compositions (issue 5)
@@ -453,12 +470,12 @@ class Ledger:
                 approx = zcdp_to_approx_dp(guarantee.rho, delta, method=conversion)
             notes += (f"(epsilon, delta) from rho-zCDP by the {conversion!r} conversion",)
         else:
-            if any(isinstance(b, ZCDP) for b, _ in per):
+            if any(isinstance(b, ZCDP) for b in per):
                 raise ValueError("zCDP releases need composition='zcdp'")
             if composition == "basic":
-                guarantee = compose_basic([b for b, k in per for _ in range(k)])
+                guarantee = compose_basic(per)
             elif composition == "parallel":
-                guarantee = compose_parallel([b for b, _ in per])
+                guarantee = compose_parallel(per)
             else:
                 raise ValueError(
                     f"composition must be 'parallel', 'basic' or 'zcdp'; got {composition!r}"
@@ -487,12 +504,11 @@ class Ledger:
             f"  neighbouring relation: {self.relation}",
         ]
         for r in self.releases:
+            ratio = (f" (true/declared = {r.sensitivity_ratio:g})" if r.sensitivity_ratio != 1
+                     else "")
             lines.append(
                 f"  release x{r.count} ({r.data}): {r.mechanism} on {r.statistic}; "
-                f"{r.norm} sensitivity {r.sensitivity}"
-                + (f" (true/declared = {r.sensitivity_ratio:g})" if r.sensitivity_ratio != 1
-                   else "")
-                + f"; noise {r.noise or f'{r.multiplier:.6g} x sensitivity'}; "
+                f"{r.norm} sensitivity {r.sensitivity:.6g}{ratio}; noise scale {r.scale:.6g}; "
                 f"each {r.delivered()}"
             )
         lines.append(f"  composition: {self.composition}")

@@ -24,7 +24,16 @@ from typing import Any, Literal, NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Estimator", "InitFn", "StepFn", "as_key", "batch_size", "run", "split_batches"]
+__all__ = [
+    "Estimator",
+    "InitFn",
+    "StepFn",
+    "as_key",
+    "batch_size",
+    "probe_events",
+    "run",
+    "split_batches",
+]
 
 PyTree = Any
 
@@ -55,8 +64,11 @@ class Estimator(NamedTuple):
         num_steps: the number of iterations (static).
         batching: ``"disjoint"`` -- iteration ``t`` sees only batch ``t`` of ``num_steps``
             disjoint batches (sample splitting); ``"full"`` -- every iteration sees all data.
-        ledger: host function ``ledger(n, hparams) -> Ledger`` giving the privacy ledger of one
-            run on ``n`` records with one privacy level's (scalar) ``hparams``.
+        ledger: host function ``ledger(n, hparams, events) -> Ledger``: the privacy ledger of
+            one run on ``n`` records with one privacy level's (scalar) ``hparams``, composed
+            from that run's privacy events (``info.events`` of every step, stacked by the scan:
+            a tuple of :class:`~dpjax.mechanisms.PrivacyEvent` with a leading step axis).
+            Every step's ``info`` has a field ``events``: one event per release the step makes.
     """
 
     name: str
@@ -147,3 +159,19 @@ def run(
         return new_state, record(new_state, info)
 
     return jax.lax.scan(body, state, xs)
+
+
+def probe_events(estimator: Estimator, batch: PyTree, params0: PyTree, hparams: PyTree) -> PyTree:
+    """The privacy events of a run, read off one step from ``params0`` on ``batch`` and repeated
+    for every step (the noise it draws is discarded).
+
+    For displays before a run (e.g. the epsilon a level delivers) of estimators whose
+    per-step events do not depend on the iterate; the ledger of an actual run is composed from
+    that run's own events.
+    """
+    state = estimator.init(params0)
+    _, info = jax.jit(estimator.step)(jax.random.key(0), state, batch,
+                                      jax.tree_util.tree_map(jnp.asarray, hparams))
+    return jax.tree_util.tree_map(
+        lambda x: jnp.broadcast_to(x, (estimator.num_steps,) + jnp.shape(x)), info.events
+    )

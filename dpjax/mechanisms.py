@@ -34,8 +34,12 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "KINDS",
     "NORMS",
     "BoundedStatistic",
+    "PrivacyEvent",
+    "epsilon_constant",
+    "no_privacy_event",
     "Peeled",
     "bounded_mean",
     "bounded_mean_from_sum",
@@ -79,19 +83,24 @@ class BoundedStatistic:
 
     Attributes:
         value: the statistic, any shape.
-        sensitivity: scalar; ``sup ||value(X) - value(X')||_norm`` over neighbouring data sets
-            ``X ~ X'`` under ``relation``. It may be a traced array (it can depend on public
-            quantities such as a step size or a previous private iterate), but never on the data.
+        sensitivity: scalar; the *declared* ``sup ||value(X) - value(X')||_norm`` over
+            neighbouring data sets ``X ~ X'`` under ``relation``: the number noise is calibrated
+            from. It may be a traced array (it can depend on public quantities such as a step
+            size or a previous private iterate), but never on the data.
         norm: ``"l1"``, ``"l2"`` or ``"linf"`` (static).
         relation: the neighbouring relation, ``"replace-one"`` (default: data sets of the same
             size differing in one record), ``"add-remove"``, or ``"local"`` (the value is one
             record's contribution and the sensitivity bounds its range, for local DP).
+        true_sensitivity: the statistic's actual bound when it differs from the declared one (a
+            paper-literal variant that under- or over-declares; ``inf`` if unbounded); ``None``
+            means equal to ``sensitivity``. The privacy event, and so the ledger, uses it.
     """
 
     value: jax.Array
     sensitivity: jax.Array
     norm: str = "linf"
     relation: str = "replace-one"
+    true_sensitivity: jax.Array | None = None
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
@@ -99,11 +108,18 @@ class BoundedStatistic:
         if self.relation not in RELATIONS:
             raise ValueError(f"relation must be one of {RELATIONS}; got {self.relation!r}")
 
+    @property
+    def true(self) -> jax.Array:
+        """The actual sensitivity (``true_sensitivity``, else the declared one)."""
+        return self.sensitivity if self.true_sensitivity is None else self.true_sensitivity
+
+    def _with(self, value, factor) -> BoundedStatistic:
+        true = None if self.true_sensitivity is None else self.true_sensitivity * factor
+        return BoundedStatistic(value, self.sensitivity * factor, self.norm, self.relation, true)
+
     def scale(self, c: Any) -> BoundedStatistic:
         """Multiply by a public constant ``c``: the sensitivity scales by ``|c|``."""
-        return BoundedStatistic(
-            self.value * c, self.sensitivity * jnp.abs(c), self.norm, self.relation
-        )
+        return self._with(self.value * c, jnp.abs(c))
 
     def shift(self, public: Any) -> BoundedStatistic:
         """Add a data-independent term; the sensitivity is unchanged.
@@ -111,7 +127,14 @@ class BoundedStatistic:
         ``public`` must not depend on the private data (a previous private release, the step
         size, the iterate: all fine).
         """
-        return BoundedStatistic(self.value + public, self.sensitivity, self.norm, self.relation)
+        return self._with(self.value + public, 1.0)
+
+    def declare(self, sensitivity: Any, true_sensitivity: Any = None) -> BoundedStatistic:
+        """The same value with another declared sensitivity (what noise is calibrated from);
+        the true bound stays this statistic's unless ``true_sensitivity`` is given."""
+        true = self.true if true_sensitivity is None else true_sensitivity
+        return BoundedStatistic(self.value, jnp.asarray(sensitivity), self.norm, self.relation,
+                                jnp.asarray(true))
 
     def in_norm(self, norm: Norm) -> BoundedStatistic:
         """Re-express the sensitivity in another norm through a valid norm inequality.
@@ -129,12 +152,80 @@ class BoundedStatistic:
             ("l2", "l1"): float(np.sqrt(k)), ("l2", "linf"): 1.0,
             ("l1", "l2"): 1.0, ("l1", "linf"): 1.0,
         }[(self.norm, norm)]
-        return BoundedStatistic(self.value, self.sensitivity * factor, norm, self.relation)
+        out = self._with(self.value, factor)
+        return BoundedStatistic(out.value, out.sensitivity, norm, self.relation,
+                                out.true_sensitivity)
 
 
 jax.tree_util.register_dataclass(
-    BoundedStatistic, data_fields=["value", "sensitivity"], meta_fields=["norm", "relation"]
+    BoundedStatistic, data_fields=["value", "sensitivity", "true_sensitivity"],
+    meta_fields=["norm", "relation"],
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Privacy events: what a mechanism call released, built from the arrays that drew the noise
+# --------------------------------------------------------------------------------------------
+
+MechanismKind = Literal["laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht", "none"]
+KINDS: tuple[str, ...] = ("laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyEvent:
+    """One release of a mechanism (a pytree; under ``scan``/``vmap`` its arrays gain leading
+    axes, one entry per release).
+
+    The mechanism builds it from the same arrays that drew the noise, so the ledger
+    (:meth:`dpjax.accounting.Ledger.from_events`) describes the noise actually added.
+
+    Attributes:
+        kind: the mechanism (static): ``"laplace"``, ``"gaussian-classic"`` (calibrated for
+            (epsilon, delta) by the classic bound), ``"gaussian-zcdp"`` (calibrated for
+            rho-zCDP), ``"noisy-ht"`` (peeling), or ``"none"`` (a non-private release).
+        sensitivity: the declared sensitivity the noise was calibrated from.
+        scale: the noise scale drawn (Laplace ``b``, Gaussian ``sigma``); 0 means no noise.
+        true_sensitivity: the statistic's actual bound (``inf``: unbounded); the delivered
+            guarantee is computed from it.
+        delta: the delta of a classic-Gaussian or NoisyHT calibration (0 otherwise).
+        norm, relation: of the sensitivity (static).
+        s: the number of coordinates a NoisyHT release selects (static).
+        log_constant: the ``c`` of a classic Gaussian's ``log(c / delta)`` (static).
+    """
+
+    kind: str
+    sensitivity: jax.Array
+    scale: jax.Array
+    true_sensitivity: jax.Array
+    delta: jax.Array
+    norm: str = "l2"
+    relation: str = "replace-one"
+    s: int = 1
+    log_constant: float = 1.25
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}; got {self.kind!r}")
+
+
+jax.tree_util.register_dataclass(
+    PrivacyEvent, data_fields=["sensitivity", "scale", "true_sensitivity", "delta"],
+    meta_fields=["kind", "norm", "relation", "s", "log_constant"],
+)
+
+
+def _event(kind: str, stat: BoundedStatistic, scale: Any, delta: Any = 0.0, s: int = 1,
+           log_constant: float = 1.25) -> PrivacyEvent:
+    dt = jnp.result_type(float)
+    f = lambda x: jnp.asarray(x, dt)  # noqa: E731
+    return PrivacyEvent(kind, f(stat.sensitivity), f(scale), f(stat.true), f(delta), stat.norm,
+                        stat.relation, s, log_constant)
+
+
+def no_privacy_event(norm: str = "l2", relation: str = "replace-one") -> PrivacyEvent:
+    """The event of a non-private release (no clipping, no noise): no guarantee."""
+    inf, zero = jnp.asarray(jnp.inf), jnp.asarray(0.0)
+    return PrivacyEvent("none", inf, zero, inf, zero, norm, relation)
 
 
 def bounded_sum(terms: jax.Array, diameter: Any, norm: Norm) -> BoundedStatistic:
@@ -281,9 +372,29 @@ def _xp(*args: Any):
     return np if _is_host(*args) else jnp
 
 
+def epsilon_constant(kind: str, delta: Any = 0.0, s: int = 1, log_constant: float = 1.25) -> Any:
+    """``K`` in ``scale = sensitivity * K / epsilon``: the one place each (epsilon, delta)
+    calibration constant lives. The ledger inverts it, ``epsilon = sensitivity * K / scale``.
+
+    * ``"laplace"``: ``K = 1`` (epsilon-DP);
+    * ``"gaussian-classic"``: ``K = sqrt(2 log(c / delta))`` with ``c = log_constant`` (1.25,
+      Dwork & Roth Thm A.1; valid for epsilon <= 1; spec 003 prints ``c = 2``);
+    * ``"noisy-ht"``: ``K = 2 sqrt(3 s log(1 / delta))`` (Dwork, Su & Zhang 2018; spec 000
+      Alg 1, spec 003 Alg 3).
+    """
+    if kind == "laplace":
+        return 1.0
+    xp = _xp(delta)
+    if kind == "gaussian-classic":
+        return xp.sqrt(2.0 * xp.log(log_constant / xp.asarray(delta, dtype=float)))
+    if kind == "noisy-ht":
+        return 2.0 * xp.sqrt(3.0 * s * xp.log(1.0 / xp.asarray(delta, dtype=float)))
+    raise ValueError(f"no epsilon calibration constant for kind {kind!r}")
+
+
 def laplace_multiplier(epsilon: Any) -> Any:
     """Laplace scale per unit of l1 sensitivity: ``1 / epsilon`` (0 at epsilon = inf)."""
-    return 1.0 / _xp(epsilon).asarray(epsilon, dtype=float)
+    return epsilon_constant("laplace") / _xp(epsilon).asarray(epsilon, dtype=float)
 
 
 def gaussian_multiplier_classic(epsilon: Any, delta: Any, log_constant: float = 1.25) -> Any:
@@ -293,13 +404,13 @@ def gaussian_multiplier_classic(epsilon: Any, delta: Any, log_constant: float = 
     ``log_constant`` is ``c``: 1.25 in the classic statement; spec 003 prints 2.
     """
     xp = _xp(epsilon, delta)
-    return xp.sqrt(2.0 * xp.log(log_constant / xp.asarray(delta, dtype=float))) / xp.asarray(
-        epsilon, dtype=float
-    )
+    return epsilon_constant("gaussian-classic", delta, log_constant=log_constant) / xp.asarray(
+        epsilon, dtype=float)
 
 
 def gaussian_multiplier_zcdp(rho: Any) -> Any:
-    """zCDP Gaussian sigma per unit of l2 sensitivity: ``1 / sqrt(2 rho)`` (Bun & Steinke 2016)."""
+    """zCDP Gaussian sigma per unit of l2 sensitivity: ``1 / sqrt(2 rho)`` (Bun & Steinke 2016);
+    the ledger inverts it, ``rho = (sensitivity / sigma)^2 / 2``."""
     xp = _xp(rho)
     return 1.0 / xp.sqrt(2.0 * xp.asarray(rho, dtype=float))
 
@@ -310,9 +421,7 @@ def peeling_multiplier(s: int, epsilon: Any, delta: Any) -> Any:
     Dwork, Su & Zhang (2018); spec 000 Alg 1, spec 003 Alg 3.
     """
     xp = _xp(epsilon, delta)
-    return 2.0 * xp.sqrt(3.0 * s * xp.log(1.0 / xp.asarray(delta, dtype=float))) / xp.asarray(
-        epsilon, dtype=float
-    )
+    return epsilon_constant("noisy-ht", delta, s) / xp.asarray(epsilon, dtype=float)
 
 
 def noise_scale(sensitivity: Any, multiplier: Any) -> Any:
@@ -382,12 +491,18 @@ def _require_norm(stat: BoundedStatistic, norm: str, mechanism: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def laplace_mechanism(key: jax.Array, stat: BoundedStatistic, epsilon: Any) -> jax.Array:
-    """Release ``stat.value + Laplace(Delta_1/epsilon)``: (epsilon, 0)-DP (``stat.relation``)."""
+def laplace_mechanism(
+    key: jax.Array, stat: BoundedStatistic, epsilon: Any
+) -> tuple[jax.Array, PrivacyEvent]:
+    """Release ``stat.value + Laplace(Delta_1/epsilon)``: (epsilon, 0)-DP (``stat.relation``).
+
+    Returns the noisy value and its :class:`PrivacyEvent`.
+    """
     _require_norm(stat, "l1", "laplace_mechanism")
     value = jnp.asarray(stat.value)
     b = laplace_scale(stat.sensitivity, epsilon)
-    return value + laplace_noise(key, value.shape, b, value.dtype)
+    noisy = value + laplace_noise(key, value.shape, b, value.dtype)
+    return noisy, _event("laplace", stat, b)
 
 
 def gaussian_mechanism(
@@ -396,20 +511,30 @@ def gaussian_mechanism(
     epsilon: Any,
     delta: Any,
     log_constant: float = 1.25,
-) -> jax.Array:
-    """Classic Gaussian mechanism: (epsilon, delta)-DP for epsilon <= 1 under ``stat.relation``."""
+) -> tuple[jax.Array, PrivacyEvent]:
+    """Classic Gaussian mechanism: (epsilon, delta)-DP for epsilon <= 1 under ``stat.relation``.
+
+    Returns the noisy value and its :class:`PrivacyEvent`.
+    """
     _require_norm(stat, "l2", "gaussian_mechanism")
     value = jnp.asarray(stat.value)
     sigma = gaussian_sigma_classic(stat.sensitivity, epsilon, delta, log_constant)
-    return value + gaussian_noise(key, value.shape, sigma, value.dtype)
+    noisy = value + gaussian_noise(key, value.shape, sigma, value.dtype)
+    return noisy, _event("gaussian-classic", stat, sigma, delta, log_constant=log_constant)
 
 
-def gaussian_mechanism_zcdp(key: jax.Array, stat: BoundedStatistic, rho: Any) -> jax.Array:
-    """Gaussian mechanism calibrated for rho-zCDP: ``sigma = Delta_2 / sqrt(2 rho)``."""
+def gaussian_mechanism_zcdp(
+    key: jax.Array, stat: BoundedStatistic, rho: Any
+) -> tuple[jax.Array, PrivacyEvent]:
+    """Gaussian mechanism calibrated for rho-zCDP: ``sigma = Delta_2 / sqrt(2 rho)``.
+
+    Returns the noisy value and its :class:`PrivacyEvent`.
+    """
     _require_norm(stat, "l2", "gaussian_mechanism_zcdp")
     value = jnp.asarray(stat.value)
     sigma = gaussian_sigma_zcdp(stat.sensitivity, rho)
-    return value + gaussian_noise(key, value.shape, sigma, value.dtype)
+    noisy = value + gaussian_noise(key, value.shape, sigma, value.dtype)
+    return noisy, _event("gaussian-zcdp", stat, sigma)
 
 
 class Peeled(NamedTuple):
@@ -417,6 +542,7 @@ class Peeled(NamedTuple):
 
     value: jax.Array  # (d,) exactly s non-zeros (almost surely), zeros elsewhere
     support: jax.Array  # (s,) int32, selected coordinates in order of selection
+    event: PrivacyEvent | None = None  # the release's privacy event (None: exact top-s)
 
 
 def hard_threshold(v: jax.Array, s: int) -> Peeled:
@@ -449,7 +575,8 @@ def noisy_hard_threshold(
         epsilon, delta: the budget of this one release (arrays are fine).
 
     Returns:
-        :class:`Peeled` with exactly ``s`` non-zeros and the selected support.
+        :class:`Peeled` with exactly ``s`` non-zeros, the selected support and the release's
+        :class:`PrivacyEvent`.
     """
     _require_norm(stat, "linf", "noisy_hard_threshold")
     v = jnp.asarray(stat.value)
@@ -473,7 +600,8 @@ def noisy_hard_threshold(
         0, s, peel, (jnp.zeros((d,), bool), jnp.zeros((s,), jnp.int32))
     )
     released = v + laplace_noise(key_release, (d,), b, v.dtype)
-    return Peeled(jnp.where(mask, released, jnp.zeros_like(v)), support)
+    event = _event("noisy-ht", stat, b, delta, s)
+    return Peeled(jnp.where(mask, released, jnp.zeros_like(v)), support, event)
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,7 +627,8 @@ def local_mechanism(key: jax.Array, stat: BoundedStatistic, mechanism, *budget: 
         *budget: the per-record budget arguments of ``mechanism`` (epsilon, delta, rho ...).
 
     Returns:
-        The randomised records, shape ``stat.value.shape``.
+        The randomised records, shape ``stat.value.shape``, and the :class:`PrivacyEvent` of
+        one user's release (each user's guarantee; no composition across users applies).
     """
     if not isinstance(stat, BoundedStatistic) or stat.relation != "local":
         raise ValueError("local_mechanism needs a BoundedStatistic with relation='local'")
@@ -507,9 +636,12 @@ def local_mechanism(key: jax.Array, stat: BoundedStatistic, mechanism, *budget: 
     keys = jax.random.split(key, values.shape[0])
 
     def one(k, v):
-        return mechanism(k, BoundedStatistic(v, stat.sensitivity, stat.norm, "local"), *budget)
+        return mechanism(k, BoundedStatistic(v, stat.sensitivity, stat.norm, "local",
+                                             stat.true_sensitivity), *budget)
 
-    return jax.vmap(one)(keys, values)
+    noisy, events = jax.vmap(one)(keys, values)
+    # every user's release is the same mechanism at the same budget: one event, relation local
+    return noisy, jax.tree_util.tree_map(lambda x: x[0], events)
 
 
 # --------------------------------------------------------------------------------------------
@@ -526,11 +658,12 @@ def with_sensitivity_margin(stat: BoundedStatistic, margin: Any) -> BoundedStati
     ``B = 4 (R + c1) sigma_x`` where the proofs give ``2 (R + c1) sigma_x``). With
     ``margin >= 1`` the declared sensitivity is still a valid bound and the mechanism is
     over-noised by ``margin``; ``margin < 1`` under-noises (only for audits of a planted bug).
-    Ledgers record ``sensitivity_ratio = 1 / margin`` (true / declared) either way.
+    The true sensitivity is kept, so the privacy event (and the ledger) reports the guarantee
+    the noise really earns either way.
     """
     if not isinstance(stat, BoundedStatistic):
         raise TypeError(f"with_sensitivity_margin takes a BoundedStatistic; got {type(stat)}")
-    return BoundedStatistic(stat.value, stat.sensitivity * margin, stat.norm, stat.relation)
+    return stat.declare(stat.sensitivity * margin)
 
 
 # --------------------------------------------------------------------------------------------

@@ -59,13 +59,11 @@ from dpjax import _validate
 from dpjax.accounting import ApproxDP, Ledger, Release
 from dpjax.base import Estimator, as_key, batch_size, run
 from dpjax.mechanisms import (
+    PrivacyEvent,
     gaussian_mechanism,
-    gaussian_multiplier_classic,
-    gaussian_sigma_classic,
     hard_threshold,
+    no_privacy_event,
     noisy_hard_threshold,
-    peeling_multiplier,
-    peeling_scale,
 )
 
 __all__ = [
@@ -105,6 +103,7 @@ class DPEMState(NamedTuple):
 class DPEMInfo(NamedTuple):
     noise_scale: jax.Array  # () Laplace scale (noisy-ht) or Gaussian sigma (gaussian); 0 if none
     support: jax.Array  # (s_hat,) int32 selected coordinates; (0,) for the low-dim privatisers
+    events: tuple[PrivacyEvent]  # the step's one release (kind "none" for the baselines)
 
 
 def default_num_iterations(n: int) -> int:
@@ -145,23 +144,25 @@ def _make_step(model: Any, privatiser: Privatiser, s_hat: int | None):
     def step(key, state: DPEMState, batch, hp: DPEMHyperparams):
         beta = state.beta
         zero = jnp.zeros((), beta.dtype)
+        no_support = jnp.zeros((0,), jnp.int32)
         if privatiser in ("noisy-ht", "gaussian"):
             stat = model.truncated_gradient(beta, batch, hp.truncation)
             stat = stat.scale(hp.eta).shift(beta)  # beta^{t+0.5}, lambda_t = eta * sens(f_T)
             if privatiser == "noisy-ht":
                 peeled = noisy_hard_threshold(key, stat, s_hat, hp.epsilon, hp.delta)
-                scale = peeling_scale(stat.sensitivity, s_hat, hp.epsilon, hp.delta)
-                return DPEMState(peeled.value), DPEMInfo(scale.astype(beta.dtype), peeled.support)
-            stat2 = stat.in_norm("l2")  # Delta_2 = sqrt(d) * Delta_inf, as the paper prints
-            new = gaussian_mechanism(key, stat2, hp.epsilon, hp.delta)
-            sigma = gaussian_sigma_classic(stat2.sensitivity, hp.epsilon, hp.delta)
-            return DPEMState(new), DPEMInfo(sigma.astype(beta.dtype), jnp.zeros((0,), jnp.int32))
+                ev = peeled.event
+                return DPEMState(peeled.value), DPEMInfo(ev.scale.astype(beta.dtype),
+                                                         peeled.support, (ev,))
+            # Delta_2 = sqrt(d) * Delta_inf, as the paper prints
+            new, ev = gaussian_mechanism(key, stat.in_norm("l2"), hp.epsilon, hp.delta)
+            return DPEMState(new), DPEMInfo(ev.scale.astype(beta.dtype), no_support, (ev,))
         del key  # non-private: no randomness
         half = beta + hp.eta * model.gradient(beta, batch)
+        events = (no_privacy_event("linf"),)
         if privatiser == "top-s":
             peeled = hard_threshold(half, s_hat)
-            return DPEMState(peeled.value), DPEMInfo(zero, peeled.support)
-        return DPEMState(half), DPEMInfo(zero, jnp.zeros((0,), jnp.int32))
+            return DPEMState(peeled.value), DPEMInfo(zero, peeled.support, events)
+        return DPEMState(half), DPEMInfo(zero, no_support, events)
 
     return step
 
@@ -243,8 +244,10 @@ def _ledger(
     batching: str,
     n: int,
     hparams: DPEMHyperparams,
+    events: tuple[PrivacyEvent],
 ) -> Ledger:
-    """The privacy ledger of one run (one privacy level) on ``n`` records."""
+    """The privacy ledger of one run (one privacy level) on ``n`` records, composed from the
+    run's privacy events (one per iteration)."""
     eps = float(np.asarray(hparams.epsilon))
     delta = float(np.asarray(hparams.delta))
     eta = float(np.asarray(hparams.eta))
@@ -256,49 +259,28 @@ def _ledger(
         ),
         f"eta = {eta:g}, T = {t_level:g}",
     ]
+    data = (f"disjoint batch of n0 = {n0} records" if batching == "disjoint"
+            else f"all {n} records every iteration")
     if privatiser in ("top-s", "none"):
-        release = Release(
-            "none", "beta^t + eta*grad Q(beta^t; beta^t) (no clipping, no noise)",
-            "unbounded", "linf", 0.0, count=N0,
-            data=f"disjoint batches of {n0} records" if batching == "disjoint"
-            else f"all {n} records every iteration",
-        )
+        release = Release.from_event(
+            events[0], "beta^t + eta*grad Q(beta^t; beta^t) (no clipping, no noise)", data)
         notes.append("non-private baseline")
         return Ledger.build(name, [release], "parallel", variant="non-private", notes=notes)
 
-    variant = _variant(model)
-    ratio = float(model.sensitivity_ratio(t_level)) if hasattr(model, "sensitivity_ratio") else 1.0
-    # lambda_t is read off the model's own statistic, evaluated on a (data-free) dummy batch.
-    lam = _statistic_sensitivity(model, n0, t_level) * eta
     formula = f"eta*({model.sensitivity_formula})"
-    if getattr(model, "sensitivity_depends_on_beta", False):
-        sens_text = f"{formula} (= {lam:.6g} + eta*||beta^t||_inf/n0 terms)"
-    else:
-        sens_text = f"{formula} = {lam:.6g}"
-    statistic = "beta^t + eta*f_T(grad Q_n0(beta^t; beta^t)) on batch t"
-    common = dict(count=N0, data=f"disjoint batch of n0 = {n0} records", delta=delta,
-                  sensitivity_ratio=ratio)
-    if privatiser == "noisy-ht":
-        release = Release(
-            "noisy-ht", statistic, sens_text, "linf", float(peeling_multiplier(s_hat, eps, delta)),
-            s=s_hat, noise=f"Laplace, b = lambda_t*2*sqrt(3*{s_hat}*log(1/delta))/epsilon",
-            **common,
-        )
-    else:
-        release = Release(
-            "gaussian-classic", statistic, f"sqrt(d)*{sens_text}", "l2",
-            float(gaussian_multiplier_classic(eps, delta)),
-            noise="Gaussian, sigma = sqrt(d)*lambda_t*sqrt(2*log(1.25/delta))/epsilon", **common,
-        )
-        if math.isfinite(eps) and eps > 1:
-            notes.append("classic Gaussian calibration with epsilon > 1 is outside its proof")
-    if ratio != 1.0:
-        notes.append(
-            f"true/declared sensitivity = {ratio:g}: the delivered guarantee uses the true one"
-        )
+    if privatiser == "gaussian":
+        formula = f"sqrt(d)*{formula}"
+    release = Release.from_event(
+        events[0], f"beta^t + eta*f_T(grad Q_n0(beta^t; beta^t)) on batch t; sensitivity "
+        f"{formula}", data)
+    if privatiser == "gaussian" and math.isfinite(eps) and eps > 1:
+        notes.append("classic Gaussian calibration with epsilon > 1 is outside its proof")
+    if release.sensitivity_ratio != 1.0:
+        notes.append(f"true/declared sensitivity = {release.sensitivity_ratio:g}: the delivered "
+                     "guarantee uses the true one")
     notes.extend(getattr(model, "ledger_notes", ()))
     return Ledger.build(
-        name, [release], "parallel", variant=variant, requested=ApproxDP(eps, delta),
+        name, [release], "parallel", variant=_variant(model), requested=ApproxDP(eps, delta),
         notes=notes,
     )
 
@@ -310,12 +292,6 @@ def _variant(model: Any) -> str:
     if getattr(model, "weights", "exact") == "paper":
         return "paper-literal posterior weights (spec 000 A1: biased, still DP)"
     return "corrected"
-
-
-def _statistic_sensitivity(model: Any, n0: int, truncation: float) -> float:
-    dummy = model.dummy_batch(n0, 1)
-    stat = model.truncated_gradient(jnp.zeros((1,)), dummy, jnp.asarray(truncation))
-    return float(stat.sensitivity)
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,6 +309,10 @@ class FitResult(NamedTuple):
 
 
 _run_jit = jax.jit(run, static_argnames=("estimator", "record"))
+
+
+def _record(state: DPEMState, info: DPEMInfo):
+    return state.beta, info.events
 
 
 def _fit(
@@ -386,16 +366,17 @@ def _fit(
             stacklevel=3,
         )
     hp = default_hparams(n, eps, delta, eta, truncation)
-    final, trace = _run_jit(
-        estimator, key, data, estimator.init(beta0), jax.tree_util.tree_map(jnp.asarray, hp)
+    final, (iterates, events) = _run_jit(
+        estimator, key, data, estimator.init(beta0), jax.tree_util.tree_map(jnp.asarray, hp),
+        record=_record,
     )
     estimate = np.asarray(final.beta)
     if not np.isfinite(estimate).all():
         raise FloatingPointError(
             "the estimate is not finite; check the data scale, eta and the truncation level"
         )
-    iterates = np.asarray(trace.beta)
-    led = estimator.ledger(n, hp)
+    iterates = np.asarray(iterates)
+    led = estimator.ledger(n, hp, events)
     if privatiser in ("noisy-ht", "gaussian") and hasattr(model, "ex_post_notes"):
         # Facts computed from the public iterates beta^0 .. beta^{N0-1} (post-processing).
         used = np.concatenate([np.asarray(beta0, np.float64)[None], iterates[:-1]], axis=0)
