@@ -341,7 +341,7 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
         raise ValueError(f"experiment {experiment.name!r} has duplicate setting keys")
     # Everything that changes results (not reps or chunking, which only add or split work).
     fp = results.fingerprint(
-        {"experiment": experiment.name, "config": config, "seed": seed,
+        {"experiment": experiment.name, "config": config, "seed": seed, "format": 2,
          "settings": [[s.key, s.columns, list(s.levels)] for s in settings]}
     )
     _check_memory(settings)
@@ -368,11 +368,14 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
                 s, reps=reps, seed=seed, chunk_size=chunk, data_mode=mode, store=store,
                 progress=bar.update if bar is not None else None, num_devices=num_devices,
             )
+            metrics, events = sweep.split_events(traces[s.key], sweep.event_structure(s))
+            traces[s.key] = metrics
             setting_meta.append(
                 {"key": s.key, "columns": s.columns, "chunk_size": chunk, "data_mode": mode,
                  "seconds": round(time.perf_counter() - t0, 3),
                  "levels": [
-                     {"hparams": dict(lv), "ledger": _ledger(s, lv)} for lv in s.levels
+                     {"hparams": dict(lv), "ledger": _ledger(s, lv, li, events)}
+                     for li, lv in enumerate(s.levels)
                  ]}
             )
     finally:
@@ -387,14 +390,29 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     return rows, iter_rows, by, setting_meta, fp, traces
 
 
-def _ledger(setting: Setting, level: Mapping[str, float]) -> dict[str, Any] | None:
+def _ledger(setting: Setting, level: Mapping[str, float], index: int,
+            events: Any) -> dict[str, Any] | None:
+    """The ledger of level ``index``, composed from the privacy events the runs drew (axes
+    ``(reps, L, T)``). Repetitions whose events coincide share one ledger; where they differ
+    (a sensitivity that depends on the public iterate), the weakest guarantee is reported."""
     fn = setting.estimator.ledger
     if fn is None:
         return None
     hp = setting.hparams_type(
         *(np.asarray(level[f], np.float64) for f in setting.hparams_type._fields)
     )
-    return fn(setting.n, hp).to_dict()
+    leaves, treedef = jax.tree_util.tree_flatten(events)
+    rows = np.concatenate([np.asarray(x[:, index], np.float64).reshape(x.shape[0], -1)
+                           for x in leaves], axis=1)
+    _, first = np.unique(rows, axis=0, return_index=True)
+    ledgers = [fn(setting.n, hp, jax.tree_util.tree_unflatten(
+        treedef, [np.asarray(x[r, index]) for x in leaves])) for r in sorted(first)]
+    worst = max(ledgers, key=lambda led: led.approx_dp.epsilon)
+    out = worst.to_dict()
+    if len(ledgers) > 1:
+        out["notes"].append(f"the repetitions drew {len(ledgers)} different event sequences "
+                            "(iterate-dependent sensitivities): the weakest guarantee is shown")
+    return out
 
 
 def _tidy(name: str, settings: Sequence[Setting], traces: Mapping[str, Mapping[str, np.ndarray]]):

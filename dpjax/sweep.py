@@ -49,8 +49,11 @@ __all__ = [
     "DataPlan",
     "Setting",
     "chunk_bounds",
+    "event_structure",
+    "split_events",
     "compile_count",
     "level_id",
+    "probe_ledger",
     "make_kernel",
     "run_setting",
     "study_function",
@@ -58,6 +61,7 @@ __all__ = [
 ]
 
 INIT_TAG = 0xFFFFFFFF  # fold_in tag of the starting-value key (blocks use 0, 1, 2, ...)
+EVENT_PREFIX = "__event"  # metric names of the privacy events' arrays (see split_events)
 
 PyTree = Any
 
@@ -200,14 +204,21 @@ def _repetition(
         else:
             t, batch = x, full
         keys_t = jax.vmap(jax.random.fold_in, (0, None))(level_keys, t)
-        new_states, _ = step_levels(keys_t, states, batch, hparams)
-        return new_states, record_levels(new_states, truth)
+        new_states, info = step_levels(keys_t, states, batch, hparams)
+        return new_states, (record_levels(new_states, truth), info.events)
 
-    _, trace = jax.lax.scan(body, state0, xs)  # leaves (T, L, ...)
+    _, (trace, events) = jax.lax.scan(body, state0, xs)  # leaves (T, L, ...)
     rec0 = record_levels(state0, truth)  # (L, ...)
-    return jax.tree_util.tree_map(
+    if not isinstance(rec0, dict):
+        raise TypeError("a setting's record must return a dict of named metrics")
+    out = jax.tree_util.tree_map(
         lambda r0, tr: jnp.concatenate([r0[:, None], jnp.swapaxes(tr, 0, 1)], axis=1), rec0, trace
     )
+    # The privacy events of every step travel with the metrics (axes (L, T)): the ledgers in
+    # the results are composed from the noise the run actually drew.
+    for i, leaf in enumerate(jax.tree_util.tree_leaves(events)):
+        out[f"{EVENT_PREFIX}{i}"] = jnp.swapaxes(leaf, 0, 1)
+    return out
 
 
 def _as_typed_key(key: jax.Array) -> jax.Array:
@@ -369,7 +380,8 @@ def run_setting(
             if not isinstance(res, dict):
                 raise TypeError("a setting's record must return a dict of named metrics")
             arr = {k: np.asarray(v)[: b - a] for k, v in res.items()}
-            bad = [k for k, v in arr.items() if not np.isfinite(v).all()]
+            bad = [k for k, v in arr.items()
+                   if not k.startswith(EVENT_PREFIX) and not np.isfinite(v).all()]
             if bad:
                 raise FloatingPointError(
                     f"setting {setting.key!r}: non-finite {bad} in repetitions {a}..{b - 1}"
@@ -382,6 +394,56 @@ def run_setting(
     if any(o is None for o in out):  # a non-zero process skipped chunks process 0 had stored
         return {}
     return {k: np.concatenate([o[k] for o in out], axis=0) for k in out[0]}
+
+
+def event_structure(setting: Setting) -> Any:
+    """The tree structure of one step's ``info.events`` (kinds, norms: the static part), read
+    off the step's abstract evaluation; :func:`split_events` rebuilds events with it."""
+    data = jax.eval_shape(
+        lambda k: setting.simulate(k, setting.plan.block_size, setting.truth), jax.random.key(0))
+    if setting.estimator.batching != "disjoint":
+        data = jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct((setting.plan.num_records,) + x.shape[1:], x.dtype),
+            data)
+    hp = jax.tree_util.tree_map(lambda x: x[0], setting.hparams())
+
+    def one(key):
+        key_init, key_step = jax.random.split(key)
+        params0 = setting.init(key_init, jnp.asarray(setting.truth))
+        _, info = setting.estimator.step(key_step, setting.estimator.init(params0),
+                                         jax.tree_util.tree_map(jnp.zeros_like, data), hp)
+        return info.events
+
+    return jax.tree_util.tree_structure(jax.eval_shape(one, jax.random.key(0)))
+
+
+def split_events(metrics: dict[str, np.ndarray], structure: Any
+                 ) -> tuple[dict[str, np.ndarray], Any]:
+    """``(metrics without the events, events)``: the events rebuilt with ``structure``, their
+    arrays with axes ``(reps, L, T)`` (every entry one release)."""
+    names = sorted((k for k in metrics if k.startswith(EVENT_PREFIX)),
+                   key=lambda k: int(k[len(EVENT_PREFIX):]))
+    rest = {k: v for k, v in metrics.items() if not k.startswith(EVENT_PREFIX)}
+    return rest, jax.tree_util.tree_unflatten(structure, [metrics[k] for k in names])
+
+
+def probe_ledger(setting: Setting, index: int = 0) -> Any:
+    """The ledger of level ``index`` before any run: events of one step from the starting
+    value on one simulated block (:func:`dpjax.base.probe_events`), for estimators whose
+    per-step events do not depend on the iterate. A study's results carry the ledger composed
+    from the events its runs actually drew."""
+    from dpjax.base import probe_events
+
+    key_data, key_init = jax.random.split(jax.random.key(0))
+    truth = jnp.asarray(setting.truth)
+    m = (setting.plan.block_size if setting.estimator.batching == "disjoint"
+         else setting.plan.num_records)
+    block = setting.simulate(key_data, m, truth)
+    hp = jax.tree_util.tree_map(lambda x: x[index], setting.hparams())
+    events = probe_events(setting.estimator, block, setting.init(key_init, truth), hp)
+    host_hp = setting.hparams_type(*(np.asarray(setting.levels[index][f], np.float64)
+                                     for f in setting.hparams_type._fields))
+    return setting.estimator.ledger(setting.n, host_hp, events)
 
 
 def study_function(

@@ -119,8 +119,9 @@ def _batched_fit(estimator):
     """jit(vmap over repetitions (vmap over levels (run))) -> iterates (R, L, N0, d)."""
 
     def one(key, x, beta0, hp):
-        _, trace = base.run(estimator, key, GMMData(x), estimator.init(beta0), hp)
-        return trace.beta
+        _, trace = base.run(estimator, key, GMMData(x), estimator.init(beta0), hp,
+                            record=lambda state, info: (state.beta, info.events))
+        return trace
 
     over_levels = jax.vmap(one, in_axes=(0, None, None, 0))
     return jax.jit(jax.vmap(over_levels, in_axes=(0, 0, None, None)))
@@ -170,7 +171,8 @@ def runner(c, *, reps: int, seed: int, progress: bool = True) -> CustomRun:
         root = jax.random.fold_in(jax.random.key(seed), zlib.crc32(f"{method},{s_hat}".encode()))
         keys = _level_keys(root, jnp.arange(reps, dtype=jnp.uint32),
                            jnp.asarray(ids, jnp.uint32))  # (R, L): fold_in(fold_in(root, r), id)
-        betas = np.asarray(_batched_fit(est)(keys, x_train, beta0, hp))  # (R, L, N0, d)
+        betas, events = _batched_fit(est)(keys, x_train, beta0, hp)
+        betas = np.asarray(betas)  # (R, L, N0, d); events: leaves (R, L, N0)
         pred = np.einsum("rmd,rlnd->rlnm", x_test, betas) > 0  # (R, L, N0, m)
         err = (pred != y_test[:, None, None, :]).mean(-1)  # (R, L, N0)
         err0 = float(((x_test @ np.asarray(beta0) > 0) != y_test).mean())
@@ -190,8 +192,10 @@ def runner(c, *, reps: int, seed: int, progress: bool = True) -> CustomRun:
                                                   "error": float(err[r, li, t])})
             hpl = dp_em.DPEMHyperparams(*(np.asarray(lv[f], np.float64)
                                           for f in dp_em.DPEMHyperparams._fields))
+            # the first repetition's events (the sensitivity does not depend on the iterate)
+            ev = jax.tree_util.tree_map(lambda a, li=li: np.asarray(a[0, li]), events)
             meta.append({"method": method, "s_hat": s_hat, "N0": N0, "hparams": lv,
-                         "ledger": est.ledger(n_train, hpl).to_dict()})
+                         "ledger": est.ledger(n_train, hpl, ev).to_dict()})
     by = ["experiment", "method", "N0", "s_hat", "epsilon"]
     return CustomRun(rows, iter_rows, by, meta)
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dpjax import results
+from dpjax import results, sweep
 from dpjax.study import ConfigError, resolve_config, run_experiment
 from experiments import em_fig2, em_fig4, em_rmc, em_table3, registry
 
@@ -98,8 +98,7 @@ def test_fig4_settings_follow_the_paper():
         if (n, s.columns["s"]) == (5000, 10):
             assert {0.4, 0.6, 0.8} <= eps
     s = sets[0]
-    led = s.estimator.ledger(s.n, s.hparams_type(*(np.asarray(s.levels[0][f]) for f in
-                                                   s.hparams_type._fields)))
+    led = sweep.probe_ledger(s)
     assert led.is_private and led.variant == "corrected"
 
 
