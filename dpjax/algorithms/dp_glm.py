@@ -380,8 +380,8 @@ def _common_notes(model: Any, n: int, T: int, eta: float, R: float, b: float,
     if ratio < 1:
         notes.append(
             f"the declared sensitivity (printed B) is {1 / ratio:g}x the true bound "
-            f"2*(R + c1)*sigma_x (spec 003 §2.1 [R]), so the delivered guarantee, computed from "
-            f"the true one, is tighter than the requested one"
+            f"2*(R + c1)*sigma_x (spec 003 §2.1 [R]): each release, accounted at the true one, "
+            f"delivers {ratio:g}x the epsilon its calibration assumed"
         )
     elif ratio > 1:
         notes.append(
