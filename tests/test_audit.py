@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpjax import accounting, audit
+from dpjax import accounting, audit, base
 from dpjax.algorithms import dp_glm
 from dpjax.models.glm import GLM, GLMData
 
@@ -82,7 +82,9 @@ def _audit(T, calibration, b_constant, eps, key, n=20, d=2, delta=1e-3):
     hp = dp_glm.default_hparams(n, eps, T, delta=delta, calibration=calibration)
     mech = audit.estimator_mechanism(est, hp, jnp.zeros(d))
     res = audit.audit(mech, key, data_in, data_out, stat, num_trials=2000, delta=delta)
-    return res, est.ledger(n, hp)
+    # the ledger of the audited mechanism, composed from its steps' privacy events
+    events = base.probe_events(est, data_in, jnp.zeros(d), hp)
+    return res, est.ledger(n, hp, events)
 
 
 def test_audit_flags_a_planted_under_noising_of_alg1(key):

@@ -35,6 +35,30 @@ def _hp(eps, delta=1e-3, eta=1.0, R=1.0, rho=None, T=1, calibration="paper", n=2
     return jax.tree_util.tree_map(jnp.asarray, hp)
 
 
+def _zeros(n, d):
+    """A data set of the right shape: the noise and the events depend only on n, d, hp."""
+    return GLMData(jnp.zeros((n, d), jnp.float32), jnp.zeros((n,), jnp.float32))
+
+
+def _probe(estimator, n, d, hp):
+    """The events of a run (one step's, repeated), as the kernel draws them."""
+    return base.probe_events(estimator, _zeros(n, d), jnp.zeros(d),
+                             jax.tree_util.tree_map(jnp.asarray, hp))
+
+
+def _ledger(estimator, n, hp, d=3):
+    """The ledger of a run on n records, composed from the kernel's events."""
+    return estimator.ledger(n, hp, _probe(estimator, n, d, hp))
+
+
+def _kernel_scale(estimator, n, d, hp):
+    """The noise scale the kernel draws at one step (from its event)."""
+    (ev,) = _probe(estimator, n, d, hp)
+    scale = np.asarray(ev.scale)
+    assert (scale == scale[0]).all()
+    return float(scale[0])
+
+
 # ---------------------------------------------------------------------------------------------
 # Sensitivity on adversarial neighbours
 # ---------------------------------------------------------------------------------------------
@@ -136,15 +160,28 @@ def test_clipping_is_the_identity_on_the_simulated_design_and_enforced_otherwise
 
 
 def test_noise_formulas_match_the_spec_examples():
-    # spec 003 §7.1 item 1
-    s1 = dp_glm.noise_scale_alg1(40000, 20, 0.5, 1 / 80000, 10)
-    assert s1 == pytest.approx(8 * 10 * math.sqrt(2 * 20 * math.log(2 * 10 * 80000)) / 20000)
+    """spec 003 §7.1 item 1: the kernel's noise against the paper's closed forms (written here,
+    independently of the library's calibration code)."""
+    n, d, eps = 40000, 20, 0.5  # delta = 1/(2n) = 1/80000
+    s1 = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, 10), n, d, dp_glm.default_hparams(n, eps, 10))
+    assert s1 == pytest.approx(8 * 10 * math.sqrt(2 * 20 * math.log(2 * 10 * 80000)) / 20000,
+                               rel=1e-5)  # float32 kernel
     assert s1 == pytest.approx(0.0956, abs=5e-4)
-    b5 = dp_glm.noise_scale_alg5(40000, 20, 0.5, 1 / 80000, 10)
-    assert b5 == pytest.approx(2 * 8 * 10 * math.sqrt(3 * 20 * math.log(10 * 80000)) / 20000)
+    b5 = _kernel_scale(dp_glm.noisy_iht(LOGISTIC, 20, 10), n, d,
+                       dp_glm.default_hparams(n, eps, 10))
+    assert b5 == pytest.approx(2 * 8 * 10 * math.sqrt(3 * 20 * math.log(10 * 80000)) / 20000,
+                               rel=1e-5)
     assert b5 == pytest.approx(0.2285, abs=5e-4)
     # Changing T changes the noise (budget split over T iterations).
-    assert dp_glm.noise_scale_alg1(40000, 20, 0.5, 1 / 80000, 20) > 2 * s1
+    s20 = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, 20), n, d, dp_glm.default_hparams(n, eps, 20))
+    assert s20 > 2 * s1
+    # The unsplit variant: every step at (eps, delta), T = 1 inside the formula.
+    s_un = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, 10, "unsplit"), n, d,
+                         dp_glm.default_hparams(n, eps, 10, calibration="unsplit"))
+    assert s_un == pytest.approx(8 * math.sqrt(2 * 20 * math.log(2 * 80000)) / 20000, rel=1e-5)
+    b_un = _kernel_scale(dp_glm.noisy_iht(LOGISTIC, 20, 10, split_budget=False), n, d,
+                         dp_glm.default_hparams(n, eps, 10))
+    assert b_un == pytest.approx(2 * 8 * math.sqrt(3 * 20 * math.log(80000)) / 20000, rel=1e-5)
 
 
 def _step_draws(estimator, hp, beta_t, data, n_draws, key):
@@ -167,9 +204,12 @@ def test_alg1_step_noise_scale_with_power(key, calibration):
         sigma = sens * T * math.sqrt(2 * math.log(2 * T / delta)) / eps
     else:  # per-step mu_t = mu*/sqrt(T), mu* from the exact Gaussian curve
         sigma = sens * math.sqrt(T) / accounting.gaussian_mu_for_epsilon(eps, delta)
-    assert sigma == pytest.approx(dp_glm.noise_scale_alg1(
-        n, d, eps, delta, T, eta=eta, calibration=calibration), rel=1e-6)
     np.testing.assert_allclose(np.asarray(info.noise_scale), sigma, rtol=1e-4)
+    (ev,) = info.events  # the event carries the drawn scale, the declared and true sensitivity
+    np.testing.assert_allclose(np.asarray(ev.scale), sigma, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(ev.sensitivity), sens, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(ev.true_sensitivity), sens / 2, rtol=1e-6)
+    assert ev.kind == ("gaussian-classic" if calibration == "paper" else "gaussian-zcdp")
     assert_scale_with_power(np.asarray(new.beta) - mean, "norm", sigma)
 
 
@@ -183,6 +223,10 @@ def test_alg5_peeling_noise_scale_with_power(key):
     new, info = _step_draws(est, hp, beta_t, data, 3000, key)
     b = 2 * eta * 8 * T * math.sqrt(3 * s * math.log(T / delta)) / (n * eps)
     np.testing.assert_allclose(np.asarray(info.noise_scale), b, rtol=1e-5)
+    (ev,) = info.events
+    assert ev.kind == "noisy-ht" and ev.s == s and ev.norm == "linf"
+    np.testing.assert_allclose(np.asarray(ev.scale), b, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ev.true_sensitivity), eta * 2 * 2 / n, rtol=1e-6)
     sup = np.asarray(info.support)
     betas = np.asarray(new.beta)
     assert ((betas != 0).sum(axis=1) == s).all()
@@ -215,9 +259,10 @@ def test_tight_calibrations_checked_against_dp_accounting(eps, T):
     n, delta = 40000, 1 / 80000
     for cal in ("gaussian", "zcdp"):
         hp = dp_glm.default_hparams(n, eps, T, calibration=cal)
-        led = dp_glm.noisy_gd(LOGISTIC, T, cal, 2.0).ledger(n, hp)  # B = true bound
+        led = _ledger(dp_glm.noisy_gd(LOGISTIC, T, cal, 2.0), n, hp)  # B = true bound
         (rel,) = led.releases
-        m = rel.multiplier  # sigma_t / Delta
+        assert rel.count == T and rel.sensitivity_ratio == 1.0
+        m = rel.scale / rel.sensitivity  # sigma_t / Delta
         exact = pld.from_gaussian_mechanism(
             standard_deviation=m, sensitivity=1.0, value_discretization_interval=1e-4,
         ).self_compose(T).get_epsilon_for_delta(delta)
@@ -228,8 +273,9 @@ def test_tight_calibrations_checked_against_dp_accounting(eps, T):
         else:
             assert exact > 0.85 * eps and led.approx_dp.epsilon == pytest.approx(eps, rel=1e-4)
     # And far less noise than the paper's basic composition.
-    paper = dp_glm.noise_scale_alg1(n, 20, eps, delta, T)
-    tight = dp_glm.noise_scale_alg1(n, 20, eps, delta, T, calibration="gaussian")
+    paper = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, T), n, 20, dp_glm.default_hparams(n, eps, T))
+    tight = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, T, "gaussian"), n, 20,
+                          dp_glm.default_hparams(n, eps, T, calibration="gaussian"))
     assert tight < paper / 3
 
 
@@ -238,11 +284,12 @@ def test_ledger_with_the_printed_b_delivers_more_than_requested():
     from dp_accounting.pld import privacy_loss_distribution as pld
 
     hp = dp_glm.default_hparams(n, eps, T, calibration="gaussian")
-    led = dp_glm.noisy_gd(LOGISTIC, T, "gaussian").ledger(n, hp)  # b = 4: true/declared = 1/2
+    led = _ledger(dp_glm.noisy_gd(LOGISTIC, T, "gaussian"), n, hp)  # b = 4: true/declared = 1/2
     (rel,) = led.releases
     assert rel.sensitivity_ratio == 0.5
     exact = pld.from_gaussian_mechanism(
-        standard_deviation=rel.multiplier, sensitivity=0.5, value_discretization_interval=1e-4,
+        standard_deviation=rel.scale / rel.sensitivity, sensitivity=0.5,
+        value_discretization_interval=1e-4,
     ).self_compose(T).get_epsilon_for_delta(delta)
     assert led.approx_dp.epsilon == pytest.approx(exact, rel=5e-3)
     assert led.approx_dp.epsilon < 0.5 * eps
@@ -370,27 +417,94 @@ def test_ledgers_report_the_delivered_guarantee():
     n, T, eps = 1000, 10, 0.5
     delta = 1 / (2 * n)
     hp = dp_glm.default_hparams(n, eps, T)
-    paper = dp_glm.noisy_gd(LOGISTIC, T).ledger(n, hp)
+    paper = _ledger(dp_glm.noisy_gd(LOGISTIC, T), n, hp)
     assert paper.composition == "basic" and paper.is_private
     (rel,) = paper.releases
     assert rel.count == T and rel.delta == pytest.approx(delta / T) and rel.log_constant == 2.0
     # The printed B = 4(R + c1) sigma_x is twice the sensitivity: (eps/2, delta) delivered.
+    assert rel.sensitivity_ratio == 0.5
     assert paper.guarantee.epsilon == pytest.approx(eps / 2)
     assert paper.guarantee.delta == pytest.approx(delta)
-    exact_b = dp_glm.noisy_gd(LOGISTIC, T, "paper", 2.0).ledger(n, hp)
+    assert not any("does NOT deliver" in note for note in paper.notes)
+    exact_b = _ledger(dp_glm.noisy_gd(LOGISTIC, T, "paper", 2.0), n, hp)
     assert exact_b.guarantee.epsilon == pytest.approx(eps)
-    under = dp_glm.noisy_gd(LOGISTIC, T, "paper", 0.2).ledger(n, hp)
+    under = _ledger(dp_glm.noisy_gd(LOGISTIC, T, "paper", 0.2), n, hp)
     assert under.guarantee.epsilon == pytest.approx(10 * eps)
     assert any("UNDER-NOISED" in note for note in under.notes)
-    unsplit = dp_glm.noisy_gd(LOGISTIC, T, "unsplit").ledger(n, hp)
+    assert any("does NOT deliver" in note for note in under.notes)
+    unsplit = _ledger(dp_glm.noisy_gd(LOGISTIC, T, "unsplit"), n, hp)
     assert "NOT (eps, delta)-DP" in unsplit.variant
     assert unsplit.guarantee.epsilon == pytest.approx(T * eps / 2)
-    sparse = dp_glm.noisy_iht(LOGISTIC, 4, T).ledger(n, hp)
+    assert unsplit.guarantee.delta == pytest.approx(T * delta)
+    assert unsplit.requested.epsilon == eps
+    assert unsplit.requested.delta == pytest.approx(delta)
+    assert any("does NOT deliver" in note for note in unsplit.notes)
+    sparse = _ledger(dp_glm.noisy_iht(LOGISTIC, 4, T), n, hp, d=6)
     assert sparse.releases[0].mechanism == "noisy-ht" and sparse.releases[0].s == 4
     assert sparse.guarantee.epsilon == pytest.approx(eps / 2)
-    assert not dp_glm.iht(LOGISTIC, 4, T).ledger(n, hp).is_private
-    assert not dp_glm.noisy_gd(LOGISTIC, T).ledger(n, dp_glm.default_hparams(n, np.inf, T)
-                                                   ).is_private
+    sparse_un = _ledger(dp_glm.noisy_iht(LOGISTIC, 4, T, split_budget=False), n, hp, d=6)
+    assert sparse_un.guarantee.epsilon == pytest.approx(T * eps / 2)
+    assert any("does NOT deliver" in note for note in sparse_un.notes)
+    assert not _ledger(dp_glm.iht(LOGISTIC, 4, T), n, hp, d=6).is_private
+    assert not _ledger(dp_glm.gd(LOGISTIC, T), n, hp).is_private
+    assert not _ledger(dp_glm.noisy_gd(LOGISTIC, T), n, dp_glm.default_hparams(n, np.inf, T)
+                       ).is_private
+
+
+def test_fit_ledgers_are_composed_from_the_events_of_the_run(key):
+    """The fit records every step's event; its ledger is the one of those events."""
+    n, T = 200, 4
+    _, data = _problem(n=n)
+    res = dp_glm.fit_dp_glm(key, data, LOGISTIC, epsilon=0.5, num_iterations=T)
+    (rel,) = res.ledger.releases
+    assert rel.count == T and rel.mechanism == "gaussian-classic"
+    assert rel.sensitivity_ratio == 0.5
+    assert res.ledger.approx_dp.epsilon == pytest.approx(0.25, rel=1e-5)
+    assert res.ledger.approx_dp.delta == pytest.approx(1 / (2 * n))
+    assert str(res.ledger) == str(_ledger(dp_glm.noisy_gd(LOGISTIC, T), n, res.hparams, d=5))
+    sp = dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, 1), data, LOGISTIC, s=2,
+                                  epsilon=0.5, num_iterations=T)
+    (rel,) = sp.ledger.releases
+    assert rel.count == T and rel.mechanism == "noisy-ht" and rel.s == 2
+    assert sp.ledger.approx_dp.epsilon == pytest.approx(0.25, rel=1e-5)
+
+
+def test_one_calibration_constant_moves_both_the_noise_and_the_ledger(key, monkeypatch):
+    """Doubling the classic-Gaussian constant in its one place doubles the noise the kernel
+    draws, and the ledger (which inverts the same constant) still reports what that noise
+    earns; read without the change, the same events deliver half the epsilon."""
+    from dpjax import mechanisms
+
+    n, d, T, eps = 200, 5, 4, 0.5
+    _, data = _problem(n=n, d=d)
+    est = dp_glm.noisy_gd(LOGISTIC, T)  # classic Gaussian, log(2/delta), B = 4 (R + c1)
+    hp = dp_glm.default_hparams(n, eps, T)
+    hpj = jax.tree_util.tree_map(jnp.asarray, hp)
+    beta = jnp.zeros(d)
+
+    def events(k):  # eagerly (no trace cache can hold the constant), stacked over T steps
+        _, info = est.step(k, est.init(beta), data, hpj)
+        return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (T,) + x.shape), info.events)
+
+    k1, k2 = jax.random.split(key)
+    ev1 = events(k1)
+    original = mechanisms.epsilon_constant
+
+    def doubled(kind, *args, **kwargs):
+        c = original(kind, *args, **kwargs)
+        return 2.0 * c if kind == "gaussian-classic" else c
+
+    monkeypatch.setattr(mechanisms, "epsilon_constant", doubled)
+    ev2 = events(k2)
+    np.testing.assert_allclose(np.asarray(ev2[0].scale), 2 * np.asarray(ev1[0].scale),
+                               rtol=1e-6)
+    led2 = est.ledger(n, hp, ev2)  # the same requested budget, twice the noise
+    assert led2.requested.epsilon == eps
+    assert led2.requested.delta == pytest.approx(1 / (2 * n))
+    assert led2.approx_dp.epsilon == pytest.approx(eps / 2, rel=1e-5)  # consistent with it
+    monkeypatch.undo()
+    assert est.ledger(n, hp, ev1).approx_dp.epsilon == pytest.approx(eps / 2, rel=1e-5)
+    assert est.ledger(n, hp, ev2).approx_dp.epsilon == pytest.approx(eps / 4, rel=1e-5)
 
 
 def test_linear_and_poisson_extensions_are_private_only_with_a_predictor_clip(key):

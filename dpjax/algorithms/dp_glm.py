@@ -25,11 +25,17 @@ calibrates from ``eta B sqrt(d) / n`` with ``B = b_constant (R + c1) sigma_x`` a
   zCDP budget whose Canonne-Kamath-Steinke conversion gives ``(eps, delta)``.
 * ``"unsplit"``: every step at the full ``(eps, delta)`` -- what the paper's figures appear to
   use (spec 003 §4.4). **Not (eps, delta)-DP**: its ledger reports the composed
-  ``(T eps', T delta)`` it delivers.
+  ``(T eps', T delta)`` it delivers and says that the requested budget is not met.
 
 For ``"gaussian"`` and ``"zcdp"`` the budget ``rho`` is calibrated on the host
 (:func:`calibrate_rho`, filled in by :func:`default_hparams`) and passed as an array field, like
-``epsilon``; the ledger recomputes the delivered guarantee from it.
+``epsilon``; it is an input of the kernel's noise, never read back by the ledger.
+
+Ledgers: every step returns the :class:`~dpjax.mechanisms.PrivacyEvent` of its release (in
+``info.events``), built by the mechanism from the arrays that drew the noise, with the *true*
+sensitivity next to the declared one (the printed ``B`` is declared through
+:func:`~dpjax.mechanisms.with_sensitivity_margin`). The ledger is composed from a run's events
+only: the delivered guarantee is what the noise actually drawn earns.
 
 **Algorithm 5** (sparse, noisy iterative hard thresholding), for ``t = 0 .. T-1``:
 
@@ -64,6 +70,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -83,16 +90,12 @@ from dpjax.accounting import (
 )
 from dpjax.base import Estimator, as_key, run
 from dpjax.mechanisms import (
+    PrivacyEvent,
     gaussian_mechanism,
     gaussian_mechanism_zcdp,
-    gaussian_multiplier_classic,
-    gaussian_multiplier_zcdp,
-    gaussian_sigma_classic,
-    gaussian_sigma_zcdp,
     hard_threshold,
+    no_privacy_event,
     noisy_hard_threshold,
-    peeling_multiplier,
-    peeling_scale,
     with_sensitivity_margin,
 )
 
@@ -108,8 +111,6 @@ __all__ = [
     "fit_sparse_dp_glm",
     "gd",
     "iht",
-    "noise_scale_alg1",
-    "noise_scale_alg5",
     "noisy_gd",
     "noisy_iht",
 ]
@@ -139,6 +140,7 @@ class GLMState(NamedTuple):
 class GLMInfo(NamedTuple):
     noise_scale: jax.Array  # () Gaussian sigma_t (Alg 1) or Laplace b (Alg 5); 0 if none
     support: jax.Array  # (s,) int32 selected coordinates (Alg 5, IHT); (0,) otherwise
+    events: tuple[PrivacyEvent]  # the step's one release (kind "none" for the twins)
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,42 +198,6 @@ def default_hparams(
     return GLMHyperparams(*(np.asarray(x, np.float32) for x in (eps, dl, et, tr, rho)))
 
 
-def noise_scale_alg1(
-    n: int, d: int, epsilon: float, delta: float, num_iterations: int, *, eta: float = 1.0,
-    truncation: float = 1.0, c1: float = 1.0, sigma_x: float = 1.0, b_constant: float = 4.0,
-    calibration: Calibration = "paper",
-) -> float:
-    """Per-coordinate noise std ``sigma_t`` of Algorithm 1 (host formula, for reports/tests).
-
-    Paper: ``eta B T sqrt(2 d log(2T/delta)) / (n eps)`` with ``B = b_constant (R + c1) sigma_x``.
-    """
-    T = int(num_iterations)
-    sens = eta * b_constant * (truncation + c1) * sigma_x * math.sqrt(d) / n
-    if math.isinf(epsilon):
-        return 0.0
-    if calibration == "paper":
-        return sens * float(gaussian_multiplier_classic(epsilon / T, delta / T,
-                                                        PAPER_LOG_CONSTANT))
-    if calibration == "unsplit":
-        return sens * float(gaussian_multiplier_classic(epsilon, delta, PAPER_LOG_CONSTANT))
-    rho = calibrate_rho(epsilon, delta, calibration, T)
-    return sens * float(gaussian_multiplier_zcdp(rho / T))
-
-
-def noise_scale_alg5(
-    n: int, s: int, epsilon: float, delta: float, num_iterations: int, *, eta: float = 1.0,
-    truncation: float = 1.0, c1: float = 1.0, sigma_x: float = 1.0, b_constant: float = 4.0,
-    split: bool = True,
-) -> float:
-    """Laplace scale of Algorithm 5's peeling (host formula):
-    ``2 eta B T sqrt(3 s log(T/delta)) / (n eps)`` (``split=False``: ``T = 1`` inside)."""
-    T = int(num_iterations) if split else 1
-    if math.isinf(epsilon):
-        return 0.0
-    lam = eta * b_constant * (truncation + c1) * sigma_x / n
-    return lam * float(peeling_multiplier(s, epsilon / T, delta / T))
-
-
 # --------------------------------------------------------------------------------------------
 # Steps
 # --------------------------------------------------------------------------------------------
@@ -246,17 +212,15 @@ def _make_noisy_gd_step(model: Any, T: int, calibration: Calibration, margin: fl
         beta = state.beta
         grad = model.clipped_gradient(beta, data, hp.truncation, "l2")
         # beta^t - eta g(beta^t): declared l2 sensitivity eta B sqrt(d) / n, B = margin 2(R + c1)
+        # sigma_x; the true one (eta 2 (R + c1) sigma_x sqrt(d) / n) rides along in the event.
         stat = with_sensitivity_margin(grad, margin).scale(-hp.eta).shift(beta)
         if calibration in ("paper", "unsplit"):
             split = T if calibration == "paper" else 1
-            eps_t, delta_t = hp.epsilon / split, hp.delta / split
-            new = gaussian_mechanism(key, stat, eps_t, delta_t, PAPER_LOG_CONSTANT)
-            sigma = gaussian_sigma_classic(stat.sensitivity, eps_t, delta_t, PAPER_LOG_CONSTANT)
+            new, ev = gaussian_mechanism(key, stat, hp.epsilon / split, hp.delta / split,
+                                         PAPER_LOG_CONSTANT)
         else:
-            rho_t = hp.rho / T
-            new = gaussian_mechanism_zcdp(key, stat, rho_t)
-            sigma = gaussian_sigma_zcdp(stat.sensitivity, rho_t)
-        return GLMState(new), GLMInfo(sigma.astype(beta.dtype), _no_support())
+            new, ev = gaussian_mechanism_zcdp(key, stat, hp.rho / T)
+        return GLMState(new), GLMInfo(ev.scale.astype(beta.dtype), _no_support(), (ev,))
 
     return step
 
@@ -265,13 +229,13 @@ def _make_noisy_iht_step(model: Any, T: int, s: int, margin: float, split: bool)
     def step(key, state: GLMState, data, hp: GLMHyperparams):
         beta = state.beta
         grad = model.clipped_gradient(beta, data, hp.truncation, "linf")
-        # l-infinity sensitivity eta * B / n (declared)
+        # l-infinity sensitivity eta * B / n (declared; the true one rides along in the event)
         stat = with_sensitivity_margin(grad, margin).scale(-hp.eta).shift(beta)
         k = T if split else 1
-        eps_t, delta_t = hp.epsilon / k, hp.delta / k
-        peeled = noisy_hard_threshold(key, stat, s, eps_t, delta_t)
-        b = peeling_scale(stat.sensitivity, s, eps_t, delta_t)
-        return GLMState(peeled.value), GLMInfo(b.astype(beta.dtype), peeled.support)
+        peeled = noisy_hard_threshold(key, stat, s, hp.epsilon / k, hp.delta / k)
+        ev = peeled.event
+        return GLMState(peeled.value), GLMInfo(ev.scale.astype(beta.dtype), peeled.support,
+                                               (ev,))
 
     return step
 
@@ -281,7 +245,8 @@ def _make_gd_step(model: Any):
         del key  # non-private: no randomness
         beta = state.beta
         new = beta - hp.eta * model.gradient(beta, data)
-        return GLMState(new), GLMInfo(jnp.zeros((), beta.dtype), _no_support())
+        return GLMState(new), GLMInfo(jnp.zeros((), beta.dtype), _no_support(),
+                                      (no_privacy_event("l2"),))
 
     return step
 
@@ -291,7 +256,8 @@ def _make_iht_step(model: Any, s: int):
         del key
         beta = state.beta
         peeled = hard_threshold(beta - hp.eta * model.gradient(beta, data), s)
-        return GLMState(peeled.value), GLMInfo(jnp.zeros((), beta.dtype), peeled.support)
+        return GLMState(peeled.value), GLMInfo(jnp.zeros((), beta.dtype), peeled.support,
+                                               (no_privacy_event("linf"),))
 
     return step
 
@@ -403,20 +369,24 @@ def _b_text(model: Any, b: float, R: float) -> str:
     return f"B = {b:g}*(R + c1)*sigma_x = {b:g}*({R:g} + {model.c1:g})*{model.sigma_x:g} = {B:g}"
 
 
-def _common_notes(model: Any, n: int, T: int, eta: float, R: float, b: float) -> list[str]:
+def _common_notes(model: Any, n: int, T: int, eta: float, R: float, b: float,
+                  release: Release) -> list[str]:
     notes = [
         f"n = {n}, T = {T}, eta = {eta:g}, R = {R:g}, {_b_text(model, b, R)}",
         "x is clipped to the design bound (the paper assumes it; a worst-case guarantee needs "
         "it enforced); y is clipped to [-R, R]",
     ]
-    if b > 2:
+    ratio = release.sensitivity_ratio  # true / declared, read off the events
+    if ratio < 1:
         notes.append(
-            f"the printed B is {b / 2:g}x the sensitivity bound 2*(R + c1)*sigma_x (spec 003 "
-            f"§2.1 [R]), so the delivered guarantee is tighter than the requested one"
+            f"the declared sensitivity (printed B) is {1 / ratio:g}x the true bound "
+            f"2*(R + c1)*sigma_x (spec 003 §2.1 [R]): each release, accounted at the true one, "
+            f"delivers {ratio:g}x the epsilon its calibration assumed"
         )
-    elif b < 2:
+    elif ratio > 1:
         notes.append(
-            f"UNDER-NOISED: b_constant = {b:g} < 2 declares {b / 2:g}x the true sensitivity"
+            f"UNDER-NOISED: the declared sensitivity is {1 / ratio:g}x the true one; the "
+            "delivered guarantee is computed from the true one"
         )
     if model.family != "logistic":
         notes.append(
@@ -426,70 +396,67 @@ def _common_notes(model: Any, n: int, T: int, eta: float, R: float, b: float) ->
     return notes
 
 
+def _short_of_request(ledger: Ledger) -> Ledger:
+    """Say so in the notes when the delivered (epsilon, delta) exceeds the requested one."""
+    req, got = ledger.requested, ledger.approx_dp
+    if not isinstance(req, ApproxDP) or not math.isfinite(req.epsilon):
+        return ledger
+    if got.epsilon <= req.epsilon * (1 + 1e-3) and got.delta <= req.delta * (1 + 1e-3):
+        return ledger
+    note = (f"does NOT deliver the requested {req}: the noise drawn delivers {got} "
+            f"({got.epsilon / req.epsilon:.3g}x the requested epsilon)")
+    return dataclasses.replace(ledger, notes=ledger.notes + (note,))
+
+
 def _ledger_alg1(
     name: str, model: Any, T: int, calibration: Calibration, b: float, n: int,
-    hparams: GLMHyperparams,
+    hparams: GLMHyperparams, events: tuple[PrivacyEvent],
 ) -> Ledger:
-    eps, delta, eta, R, rho = _scalars(hparams)
-    ratio = 2.0 / b
-    notes = _common_notes(model, n, T, eta, R, b)
-    sens = (f"eta*B*sqrt(d)/n = {eta * b * (R + model.c1) * model.sigma_x / n:.6g}*sqrt(d) "
-            f"(true bound: eta*2*(R + c1)*sigma_x*sqrt(d)/n)")
-    statistic = "beta^t - eta*(1/n) sum_i (psi'(x~_i'beta^t) - Pi_R(y_i)) x~_i"
+    """The ledger of one run, composed from its events (one Gaussian release per step)."""
+    eps, delta, eta, R, _ = _scalars(hparams)
+    release = Release.from_event(
+        events[0],
+        "beta^t - eta*(1/n) sum_i (psi'(x~_i'beta^t) - Pi_R(y_i)) x~_i; declared l2 sensitivity "
+        "eta*B*sqrt(d)/n (true bound: eta*2*(R + c1)*sigma_x*sqrt(d)/n)",
+        f"full data ({n} records)",
+    )
+    notes = _common_notes(model, n, T, eta, R, b, release)
     requested = ApproxDP(eps, delta)
-    common = dict(count=T, data=f"full data ({n} records)", sensitivity_ratio=ratio)
     if calibration in ("paper", "unsplit"):
         k = T if calibration == "paper" else 1
-        release = Release(
-            "gaussian-classic", statistic, sens, "l2",
-            float(gaussian_multiplier_classic(eps / k, delta / k, PAPER_LOG_CONSTANT)),
-            delta=delta / k, log_constant=PAPER_LOG_CONSTANT,
-            noise=("Gaussian, sigma_t = eta*B*T*sqrt(2*d*log(2T/delta))/(n*eps)" if k == T else
-                   "Gaussian, sigma_t = eta*B*sqrt(2*d*log(2/delta))/(n*eps) (budget NOT split)"),
-            **common,
-        )
         variant = "corrected" if calibration == "paper" else (
             "figure reproduction: budget not split over iterations -- NOT (eps, delta)-DP")
         if math.isfinite(eps) and eps / k > 1:
             notes.append("classic Gaussian calibration with per-step epsilon > 1 is outside its "
                          "proof")
-        return Ledger.build(name, [release], "basic", variant=variant, requested=requested,
-                            notes=notes)
-    release = Release(
-        "gaussian-zcdp", statistic, sens, "l2", float(gaussian_multiplier_zcdp(rho / T)),
-        noise=f"Gaussian, sigma_t = (eta*B*sqrt(d)/n)/sqrt(2*rho/T), rho = {rho:.6g}",
-        **common,
-    )
+        return _short_of_request(Ledger.build(name, [release], "basic", variant=variant,
+                                              requested=requested, notes=notes))
     conversion = "gaussian" if calibration == "gaussian" else "cks"
-    return Ledger.build(name, [release], "zcdp", variant="corrected", requested=requested,
-                        delta=delta, conversion=conversion, notes=notes)
+    return _short_of_request(Ledger.build(name, [release], "zcdp", variant="corrected",
+                                          requested=requested, delta=delta,
+                                          conversion=conversion, notes=notes))
 
 
 def _ledger_alg5(
     name: str, model: Any, T: int, s: int, b: float, split: bool, n: int,
-    hparams: GLMHyperparams,
+    hparams: GLMHyperparams, events: tuple[PrivacyEvent],
 ) -> Ledger:
+    """The ledger of one run, composed from its events (one NoisyHT release per step)."""
     eps, delta, eta, R, _ = _scalars(hparams)
-    k = T if split else 1
-    notes = _common_notes(model, n, T, eta, R, b)
-    release = Release(
-        "noisy-ht", "NoisyHT(beta^t - eta*g(beta^t), s) (peeling)",
-        f"eta*B/n = {eta * b * (R + model.c1) * model.sigma_x / n:.6g} "
-        "(true bound: eta*2*(R + c1)*sigma_x/n)", "linf",
-        float(peeling_multiplier(s, eps / k, delta / k)), count=T,
-        data=f"full data ({n} records)", delta=delta / k, s=s, sensitivity_ratio=2.0 / b,
-        noise=("Laplace, b = 2*eta*B*T*sqrt(3*s*log(T/delta))/(n*eps)" if split else
-               "Laplace, b = 2*eta*B*sqrt(3*s*log(1/delta))/(n*eps) (budget NOT split)"),
-    )
+    release = Release.from_event(
+        events[0], "NoisyHT(beta^t - eta*g(beta^t), s) (peeling); declared linf sensitivity "
+        "eta*B/n (true bound: eta*2*(R + c1)*sigma_x/n)", f"full data ({n} records)")
+    notes = _common_notes(model, n, T, eta, R, b, release)
     variant = "corrected" if split else (
         "figure reproduction: budget not split over iterations -- NOT (eps, delta)-DP")
-    return Ledger.build(name, [release], "basic", variant=variant,
-                        requested=ApproxDP(eps, delta), notes=notes)
+    return _short_of_request(Ledger.build(name, [release], "basic", variant=variant,
+                                          requested=ApproxDP(eps, delta), notes=notes))
 
 
-def _ledger_non_private(name: str, T: int, what: str, n: int, hparams: GLMHyperparams) -> Ledger:
-    release = Release("none", f"{what} iterate (no clipping, no noise)", "unbounded", "l2", 0.0,
-                      count=T, data=f"full data ({n} records)")
+def _ledger_non_private(name: str, T: int, what: str, n: int, hparams: GLMHyperparams,
+                        events: tuple[PrivacyEvent]) -> Ledger:
+    release = Release.from_event(events[0], f"{what} iterate (no clipping, no noise)",
+                                 f"full data ({n} records)")
     return Ledger.build(name, [release], "basic", variant="non-private",
                         notes=["non-private baseline"])
 
@@ -562,16 +529,21 @@ def _prepare(key, data, model, epsilon, delta, eta, truncation, num_iterations, 
     return key, data, n, d, T, float(eps), float(delta), truncation, beta0, b
 
 
+def _record(state: GLMState, info: GLMInfo):
+    return state.beta, info.events
+
+
 def _execute(estimator, key, data, beta0, hp, n) -> FitResult:
-    final, trace = _run_jit(
-        estimator, key, data, estimator.init(beta0), jax.tree_util.tree_map(jnp.asarray, hp)
+    final, (iterates, events) = _run_jit(
+        estimator, key, data, estimator.init(beta0), jax.tree_util.tree_map(jnp.asarray, hp),
+        record=_record,
     )
     estimate = np.asarray(final.beta)
     if not np.isfinite(estimate).all():
         raise FloatingPointError(
             "the estimate is not finite; check the data scale, eta and the truncation level"
         )
-    return FitResult(estimate, np.asarray(trace.beta), estimator.ledger(n, hp), hp)
+    return FitResult(estimate, np.asarray(iterates), estimator.ledger(n, hp, events), hp)
 
 
 def fit_dp_glm(
