@@ -33,3 +33,17 @@ def same_key(key):
     import jax
 
     return jax.random.wrap_key_data(jax.random.key_data(key))
+
+
+def probe_ledger(estimator, model, n: int, d: int, hparams, params0=None):
+    """The ledger of ``estimator`` on ``n`` records at one privacy level, composed from the
+    events of one step on a zero batch from ``params0`` (default 0), repeated for every step
+    (estimators whose events do not depend on the iterate)."""
+    import jax.numpy as jnp
+
+    from dpjax import base
+
+    m = n // estimator.num_steps if estimator.batching == "disjoint" else n
+    p0 = jnp.zeros(d) if params0 is None else params0
+    events = base.probe_events(estimator, model.dummy_batch(m, d), p0, hparams)
+    return estimator.ledger(n, hparams, events)

@@ -57,10 +57,12 @@ def test_epsilon_inf_gives_exactly_zero_noise_even_with_infinite_sensitivity(key
     assert float(M.laplace_scale(float("inf"), float("inf"))) == 0.0  # host path too
     v = jnp.array([3.0, -1.0, 2.0, 0.5])
     k1, k2 = jax.random.split(key)
-    out = M.laplace_mechanism(k1, M.BoundedStatistic(v, inf, "l1"), inf)
+    out, ev = M.laplace_mechanism(k1, M.BoundedStatistic(v, inf, "l1"), inf)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(v))
-    out = M.gaussian_mechanism(k2, M.BoundedStatistic(v, inf, "l2"), inf, 1e-5)
+    assert float(ev.scale) == 0.0
+    out, ev = M.gaussian_mechanism(k2, M.BoundedStatistic(v, inf, "l2"), inf, 1e-5)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(v))
+    assert float(ev.scale) == 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,20 +72,28 @@ def test_epsilon_inf_gives_exactly_zero_noise_even_with_infinite_sensitivity(key
 
 def test_laplace_mechanism_noise_scale(key):
     sens, eps = 0.7, 0.4
-    out = M.laplace_mechanism(key, _stat(np.zeros(N_DRAWS), sens, "l1"), eps)
+    out, ev = M.laplace_mechanism(key, _stat(np.zeros(N_DRAWS), sens, "l1"), eps)
     assert_scale_with_power(out, "laplace", sens / eps)
+    # the event is made from the arrays that drew the noise
+    assert ev.kind == "laplace" and float(ev.scale) == pytest.approx(sens / eps, rel=1e-6)
+    assert float(ev.sensitivity) == float(ev.true_sensitivity) == pytest.approx(sens)
 
 
 def test_gaussian_mechanism_noise_scale(key):
     sens, eps, delta = 0.3, 0.8, 1e-5
-    out = M.gaussian_mechanism(key, _stat(np.zeros(N_DRAWS), sens, "l2"), eps, delta)
-    assert_scale_with_power(out, "norm", sens * math.sqrt(2 * math.log(1.25 / delta)) / eps)
+    out, ev = M.gaussian_mechanism(key, _stat(np.zeros(N_DRAWS), sens, "l2"), eps, delta)
+    sigma = sens * math.sqrt(2 * math.log(1.25 / delta)) / eps
+    assert_scale_with_power(out, "norm", sigma)
+    assert ev.kind == "gaussian-classic" and float(ev.scale) == pytest.approx(sigma, rel=1e-6)
+    assert float(ev.delta) == pytest.approx(delta)
 
 
 def test_gaussian_zcdp_mechanism_noise_scale(key):
     sens, rho = 0.5, 0.2
-    out = M.gaussian_mechanism_zcdp(key, _stat(np.zeros(N_DRAWS), sens, "l2"), rho)
+    out, ev = M.gaussian_mechanism_zcdp(key, _stat(np.zeros(N_DRAWS), sens, "l2"), rho)
     assert_scale_with_power(out, "norm", sens / math.sqrt(2 * rho))
+    assert ev.kind == "gaussian-zcdp"
+    assert float(ev.scale) == pytest.approx(sens / math.sqrt(2 * rho), rel=1e-6)
 
 
 def test_noisy_hard_threshold_release_noise_scale(key):
@@ -102,9 +112,9 @@ def test_noisy_hard_threshold_release_noise_scale(key):
 
 def test_noise_is_deterministic_under_a_fixed_key_and_fresh_otherwise(key):
     stat = _stat(np.zeros(8), 1.0, "l2")
-    a = M.gaussian_mechanism(same_key(key), stat, 0.5, 1e-5)
-    b = M.gaussian_mechanism(same_key(key), stat, 0.5, 1e-5)
-    c = M.gaussian_mechanism(jax.random.fold_in(key, 1), stat, 0.5, 1e-5)
+    a, _ = M.gaussian_mechanism(same_key(key), stat, 0.5, 1e-5)
+    b, _ = M.gaussian_mechanism(same_key(key), stat, 0.5, 1e-5)
+    c, _ = M.gaussian_mechanism(jax.random.fold_in(key, 1), stat, 0.5, 1e-5)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert not np.allclose(np.asarray(a), np.asarray(c))
 
@@ -278,11 +288,51 @@ def test_local_mechanism_randomises_each_record_independently_at_the_right_scale
     n, d, sens, eps = 4000, 5, 2.0, 0.5
     records = jnp.tile(jnp.arange(d, dtype=jnp.float32), (n, 1))
     stat = M.BoundedStatistic(records, jnp.float32(sens), "l1", "local")
-    out = np.asarray(M.local_mechanism(key, stat, M.laplace_mechanism, eps))
-    noise = out - np.asarray(records)
+    out, ev = M.local_mechanism(key, stat, M.laplace_mechanism, eps)
+    noise = np.asarray(out) - np.asarray(records)
+    assert ev.relation == "local" and float(ev.scale) == pytest.approx(sens / eps, rel=1e-6)
     assert_scale_with_power(noise, "laplace", sens / eps)
     # independent across records: no two rows share their noise, and rows are uncorrelated
     assert np.unique(noise[:, 0]).size == n
     assert abs(np.corrcoef(noise[:-1, 0], noise[1:, 0])[0, 1]) < 0.05
     with pytest.raises(ValueError, match="relation='local'"):
         M.local_mechanism(key, _stat(np.zeros((3, 2)), 1.0, "l1"), M.laplace_mechanism, eps)
+
+
+def test_noisy_hard_threshold_event_and_declared_vs_true_sensitivity(key):
+    """The peeling event carries the scale that drew the noise; a declared sensitivity below
+    the true one (an under-noised variant) is recorded as such, and the delivered epsilon
+    follows the true one."""
+    from dpjax.accounting import Release
+
+    v = jnp.arange(6.0)
+    stat = M.BoundedStatistic(v, jnp.float32(0.1), "linf").declare(0.05)
+    peeled = M.noisy_hard_threshold(key, stat, 2, 0.5, 1e-3)
+    ev = peeled.event
+    assert ev.kind == "noisy-ht" and ev.s == 2
+    assert float(ev.scale) == pytest.approx(0.05 * 2 * math.sqrt(6 * math.log(1e3)) / 0.5,
+                                            rel=1e-6)
+    assert float(ev.true_sensitivity) == pytest.approx(0.1)
+    rel = Release.from_event(ev, "v")
+    assert rel.sensitivity_ratio == pytest.approx(2.0)
+    assert rel.delivered().epsilon == pytest.approx(1.0, rel=1e-5)  # twice the requested 0.5
+
+
+def test_changing_a_calibration_constant_changes_both_the_noise_and_the_ledger(key, monkeypatch):
+    """epsilon_constant is the one place of the classic-Gaussian constant: patched, the noise
+    drawn and the ledger's inversion move together, so the ledger still describes the noise."""
+    from dpjax.accounting import Release
+
+    stat = _stat(np.zeros(4), 1.0, "l2")
+    _, ev = M.gaussian_mechanism(same_key(key), stat, 0.5, 1e-5)
+    base_scale = float(ev.scale)
+    orig = M.epsilon_constant
+    monkeypatch.setattr(M, "epsilon_constant",
+                        lambda kind, *a, **k: 2 * orig(kind, *a, **k))
+    _, ev2 = M.gaussian_mechanism(same_key(key), stat, 0.5, 1e-5)
+    assert float(ev2.scale) == pytest.approx(2 * base_scale, rel=1e-6)  # the noise moved
+    # the ledger inverts the same constant: it reports the requested 0.5 for the new noise
+    assert Release.from_event(ev2, "v").delivered().epsilon == pytest.approx(0.5, rel=1e-5)
+    monkeypatch.setattr(M, "epsilon_constant", orig)
+    # read with the original constant, the doubled noise earns half the epsilon
+    assert Release.from_event(ev2, "v").delivered().epsilon == pytest.approx(0.25, rel=1e-5)

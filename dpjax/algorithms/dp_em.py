@@ -33,8 +33,7 @@ model                                    ``hd_dp_em`` (NoisyHT)      ``ld_dp_em`
 
 A model supplies ``simulate``, ``gradient``, ``truncated_gradient`` (a ``BoundedStatistic``),
 ``dummy_batch``, ``validate_data``, ``dim``, ``num_records``, ``name``, and optionally
-``variant``, ``sensitivity_ratio(T)`` (true / declared, for paper-literal variants),
-``sensitivity_formula``, ``sensitivity_depends_on_beta``, ``ledger_notes`` and
+``variant``, ``sensitivity_formula``, ``ledger_notes`` and
 ``ex_post_notes`` (facts read off the public iterates after a fit).
 
 Privacy (replace-one): each iteration is (epsilon, delta)-DP with respect to its own batch given

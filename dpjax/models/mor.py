@@ -82,7 +82,6 @@ class MixtureOfRegressions:
     name = "mor"
     data_type = MoRData
     sensitivity_formula = "4*T^2/n0"
-    sensitivity_depends_on_beta = False
 
     def __post_init__(self) -> None:
         _validate.check_positive(self.sigma, "sigma")
@@ -111,11 +110,6 @@ class MixtureOfRegressions:
                     "calibration is conservative by 2; the requested budget is reported",)
         return ("the 2w statistic's exact sensitivity equals the declared 4*eta*T^2/n0 "
                 "(approached as y -> inf, <x, beta> -> 0+), so the printed calibration holds",)
-
-    def sensitivity_ratio(self, truncation: float) -> float:
-        """True / declared sensitivity: at most 1 for both gradient forms (module docstring)."""
-        del truncation
-        return 1.0
 
     # -- simulation ---------------------------------------------------------------------------
 

@@ -104,10 +104,6 @@ class RegressionMissingCovariates:
         return "6*T^2/n0 (as printed; ignores -diag(1-z) beta^t)"
 
     @property
-    def sensitivity_depends_on_beta(self) -> bool:
-        return self.sensitivity == "corrected"
-
-    @property
     def variant(self) -> str:
         if self.sensitivity == "corrected":
             return "corrected"
@@ -139,15 +135,6 @@ class RegressionMissingCovariates:
                 f"{4 * truncation**2:.4g}; the printed bound {held} (max true/printed ratio "
                 f"<= {r:.4g}); conditional on the released iterates each batch's records had "
                 f"loss at most ({eps_txt}, {delta:.3g})"]
-
-    def sensitivity_ratio(self, truncation: float) -> float:
-        """True / declared sensitivity, a priori (over all possible public iterates).
-
-        ``1`` for the corrected bound; ``inf`` for the printed one: its true sensitivity
-        ``max(5T^2, 2T^2 + ||beta^t||_inf)/n0`` is unbounded in the (noisy) iterate.
-        """
-        del truncation
-        return 1.0 if self.sensitivity == "corrected" else math.inf
 
     @staticmethod
     def literal_ratio(beta: Any, truncation: float) -> float:
