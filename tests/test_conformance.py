@@ -183,9 +183,23 @@ def test_no_recompile_for_new_privacy_levels(case, key):
     assert f._cache_size() == before
 
 
-def test_ledger_delivers_the_requested_budget(case):
-    led = case.estimator.ledger(400, jax.tree_util.tree_map(np.asarray, case.hparams(0.5)))
+def _record_events(state, info):
+    return info.events
+
+
+def test_ledger_delivers_the_requested_budget(case, key):
+    """The ledger is composed from the events of an actual run: one event per release per
+    step, and the delivered budget is the requested one for the default variant."""
+    est = case.estimator
+    hp = case.hparams(0.5)
+    _, events = jax.jit(base.run, static_argnums=(0, 5))(
+        est, key, case.data, est.init(case.params0), hp, _record_events)
+    for ev in jax.tree_util.tree_leaves(events, is_leaf=lambda x: hasattr(x, "kind")):
+        assert np.shape(ev.scale) == (est.num_steps,)  # one release per step
+    n = jax.tree_util.tree_leaves(case.data)[0].shape[0]
+    led = est.ledger(n, jax.tree_util.tree_map(np.asarray, hp), events)
     assert led.is_private == case.private
+    assert sum(r.count for r in led.releases) == est.num_steps * len(events)
     if case.private and case.requested is not None:
         name, value = case.requested(0.5)
         delivered = getattr(led.approx_dp if name == "epsilon" else led.guarantee, name)
