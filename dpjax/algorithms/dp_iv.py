@@ -242,7 +242,8 @@ def dp_2s_gd(num_iterations: int, calibration: Calibration = "paper") -> Estimat
 
 def dp_2s_gd_beta_only(num_iterations: int, calibration: Calibration = "paper") -> Estimator:
     """The paper's Algorithm 3 ("privacy for beta only"). **Not DP as claimed**: see the module
-    docstring; its ledger reports the true sensitivity ``2 gamma_2``. For reproduction only."""
+    docstring; its ledger reports the true sensitivity ``2 gamma_2`` of the beta releases and,
+    the first stage being non-private, not DP. For reproduction only."""
     return _build("beta-only", calibration, num_iterations)
 
 
@@ -584,8 +585,8 @@ def fit_dp_2s_gd_beta_only(
     tau: float = 5.0,
 ) -> FitResult:
     """The paper's Algorithm 3, for reproduction only: **not DP as claimed** (its ledger gives
-    the true sensitivity ``2 gamma2`` and a vacuous guarantee). Arguments as
-    :func:`fit_dp_2s_gd`."""
+    the beta releases their true sensitivity ``2 gamma2`` and a vacuous guarantee, and the
+    non-private first stage makes the run not DP). Arguments as :func:`fit_dp_2s_gd`."""
     return _fit("beta-only", key, data, rho1=math.inf, rho2=rho2, eta=eta, alpha=alpha,
                 num_iterations=num_iterations, gamma1=None, gamma2=gamma2,
                 calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau)
