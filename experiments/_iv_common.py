@@ -6,10 +6,13 @@
   fractions. With ``final_only=True`` the whole ``T``-step run is one step of the wrapper, so a
   study over many horizons ``T`` records only the final iterate (step ``t`` of the inner run uses
   ``fold_in(key, t)`` with ``key`` the wrapper's single step key). The privacy ledger is the
-  wrapped estimator's: the diagnostic is never released.
+  wrapped estimator's, composed from the wrapped steps' privacy events (the wrapper's
+  ``info.events``; with ``final_only`` they gain an axis of the ``T`` inner steps): the
+  diagnostic is never released.
 * :class:`IVRecord` -- the recorded metrics.
 * :func:`level` -- one privacy level: the hyperparameters plus display columns (the requested
-  and delivered rho, and the (epsilon, delta) the delivered rho converts to).
+  and delivered rho, and the (epsilon, delta) the delivered rho converts to), from the ledger of
+  the estimator's privacy events (:func:`dpjax.base.probe_events`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax.algorithms import dp_iv
-from dpjax.base import Estimator
+from dpjax.base import Estimator, probe_events
 from dpjax.models.iv import IVData, LinearIV, two_stage_least_squares
 from dpjax.sweep import DataPlan, Setting
 
@@ -52,6 +55,10 @@ class TrackedState(NamedTuple):
     clip2: jax.Array  # () second-stage clip fraction of the last step
 
 
+class TrackedInfo(NamedTuple):
+    events: tuple  # the wrapped step's privacy events (Theta, beta); (T,)-stacked if final-only
+
+
 @functools.cache
 def tracked(estimator: Estimator, final_only: bool = False) -> Estimator:
     """The estimator with a 2SLS diagnostic in its state (see the module docstring)."""
@@ -65,17 +72,18 @@ def tracked(estimator: Estimator, final_only: bool = False) -> Estimator:
         if final_only:
             def body(carry, t):
                 new, info = estimator.step(jax.random.fold_in(key, t), carry, data, hparams)
-                return new, (info.clip_frac1, info.clip_frac2)
+                return new, (info.clip_frac1, info.clip_frac2, info.events)
 
-            inner, (c1, c2) = jax.lax.scan(body, state.inner, jnp.arange(estimator.num_steps))
+            inner, (c1, c2, events) = jax.lax.scan(body, state.inner,
+                                                   jnp.arange(estimator.num_steps))
             c1, c2 = c1[-1], c2[-1]
         else:
             inner, info = estimator.step(key, state.inner, data, hparams)
-            c1, c2 = info.clip_frac1, info.clip_frac2
+            c1, c2, events = info.clip_frac1, info.clip_frac2, info.events
         beta_hat, _ = two_stage_least_squares(data)
         dtype = inner.beta.dtype
         return TrackedState(inner, beta_hat.astype(dtype), c1.astype(dtype),
-                            c2.astype(dtype)), None
+                            c2.astype(dtype)), TrackedInfo(events)
 
     name = estimator.name + ("/final-only" if final_only else "")
     return Estimator(name, init, step, 1 if final_only else estimator.num_steps, "full",
@@ -126,10 +134,12 @@ def level(estimator: Estimator, n: int, *, rho1: float, rho2: float, eta: float,
     """One level: the hyperparameters and display columns computed from the estimator's ledger
     (requested and delivered rho; epsilon at ``delta`` -- the experiment's ``delta`` setting,
     default the paper's 1e-5 -- by the ledger's conversion and by the paper's Bun-Steinke
-    formula)."""
+    formula). The ledger is composed from the events of one step probed on a public zero-data
+    batch of ``n`` records: the IV events depend on ``n`` and the hyperparameters only (not on
+    the data, the iterate or the dimensions), so they are those of every step of a run."""
     hp = dp_iv.DPIVHyperparams(*(np.float64(v)
                                  for v in (rho1, rho2, eta, alpha, gamma1, gamma2, delta)))
-    led = estimator.ledger(n, hp)
+    led = estimator.ledger(n, hp, _probe(estimator, n, hp))
     rho_req = led.requested.rho if led.requested is not None else INF
     rho_del = led.guarantee.rho if hasattr(led.guarantee, "rho") else INF
     from dpjax.accounting import zcdp_to_approx_dp
@@ -142,6 +152,13 @@ def level(estimator: Estimator, n: int, *, rho1: float, rho2: float, eta: float,
         "epsilon_bs": float(zcdp_to_approx_dp(rho_del, delta, "bun-steinke").epsilon),
         **{k: float(v) for k, v in extra.items()},
     }
+
+
+def _probe(estimator: Estimator, n: int, hp: dp_iv.DPIVHyperparams):
+    # q = p = 1 and z = 1 (so that the 2SLS baseline is well posed): the events do not depend on
+    # the dimensions or the data.
+    batch = IVData(jnp.ones((n, 1)), jnp.zeros((n, 1)), jnp.zeros((n,)))
+    return probe_events(estimator, batch, (jnp.zeros((1, 1)), jnp.zeros((1,))), hp)
 
 
 def rho_label(rho: float) -> str:

@@ -6,8 +6,9 @@ unclipped GD); 100 runs; tau = 5 and the paper's step sizes from the true Theta 
 
 Algorithm 3 is **not DP as the paper claims** (spec 004 §6 A2): its beta releases use a
 non-private Theta^(t) that moves with every record, so the true sensitivity of its clipped
-second-stage mean is 2 gamma2 (n times the declared 2 gamma2/n). Its results-file ``epsilon``
-column is what that true sensitivity gives (vacuous), and its ledger says "NOT DP as claimed".
+second-stage mean is 2 gamma2 (n times the declared 2 gamma2/n): its ledger gives the beta
+releases what that true sensitivity earns (vacuous) and, its first stage being a non-private
+release, says "NOT DP as claimed" with epsilon = inf (the results-file ``epsilon`` column).
 It is run here only to reproduce the paper's comparison.
 
 Unstated, chosen here: T in {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 3000} (spec 004 §6 B2);

@@ -39,6 +39,28 @@ def _hp(rho1=1.0, rho2=1.0, eta=0.5, alpha=0.05, gamma1=5.0, gamma2=5.0):
                                   dp_iv.make_hparams(rho1, rho2, eta, alpha, gamma1, gamma2))
 
 
+def _lam(calibration, gamma, n, T, rho):
+    """``lambda`` by the printed formulas (spec 004 §2.3): paper ``(2 gamma/n) sqrt(T/rho)``,
+    tight ``(gamma/n) sqrt(2T/rho)``; 0 at ``rho = inf``. Written here, independently of the
+    code's route through ``per_step_rho`` and the mechanism."""
+    if math.isinf(rho):
+        return 0.0
+    if calibration == "paper":
+        return 2.0 * gamma / n * math.sqrt(T / rho)
+    return gamma / n * math.sqrt(2.0 * T / rho)
+
+
+def _events(est, hp, n, q=3, p=2):
+    """The privacy events of a run of ``est`` on ``n`` records (one step probed on a zero batch
+    of the right shape, repeated ``T`` times)."""
+    zero = IVData(jnp.zeros((n, q)), jnp.zeros((n, p)), jnp.zeros((n,)))
+    return base.probe_events(est, zero, (jnp.zeros((q, p)), jnp.zeros(p)), hp)
+
+
+def _ledger(est, n, hp, q=3, p=2):
+    return est.ledger(n, hp, _events(est, hp, n, q, p))
+
+
 def _replace(data: IVData, i: int, z=None, x=None, y=None) -> IVData:
     zz, xx, yy = (np.asarray(v).copy() for v in data)
     if z is not None:
@@ -164,12 +186,15 @@ def test_noise_scale_with_power(key, calibration):
     draws, info = jax.jit(jax.vmap(lambda k: est.step(k, state, data, hp)))(
         jax.random.split(key, 3000))
     # The printed formulas (spec 004 §2.3), not the code's route through per_step_rho.
-    if calibration == "paper":
-        lam1, lam2 = 2 * g1 / n * math.sqrt(T / rho1), 2 * g2 / n * math.sqrt(T / rho2)
-    else:
-        lam1, lam2 = g1 / n * math.sqrt(2 * T / rho1), g2 / n * math.sqrt(2 * T / rho2)
+    lam1, lam2 = _lam(calibration, g1, n, T, rho1), _lam(calibration, g2, n, T, rho2)
     np.testing.assert_allclose(np.asarray(info.sigma1), lam1, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(info.sigma2), lam2, rtol=1e-5)
+    # The events carry the scale that drew the noise and the declared sensitivity 2 gamma/n.
+    ev1, ev2 = info.events
+    np.testing.assert_allclose(np.asarray(ev1.scale), lam1, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ev2.scale), lam2, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ev1.sensitivity), 2 * g1 / n, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(ev2.true_sensitivity), 2 * g2 / n, rtol=1e-6)
     # Noise after the step size: Theta^(t+1) - clean = -eta Xi, beta^(t+1) - clean = -alpha nu.
     xi = (np.asarray(draws.theta) - np.asarray(clean.theta)) / -eta  # (3000, q, p) i.i.d.
     nu = (np.asarray(draws.beta) - np.asarray(clean.beta)) / -alpha  # (3000, p)
@@ -186,15 +211,25 @@ def test_noise_scale_with_power(key, calibration):
 
 
 def test_calibration_formula_reference_values():
-    # spec 004 §6 B1: gamma (c0 = 1) and lambda at rho = 1 with the paper's calibration.
+    # spec 004 §6 B1: gamma (c0 = 1) and lambda at rho = 1 with the paper's calibration; the
+    # noise scale the estimator draws (read off its events) is the printed lambda.
     for (n, T, q), g_ref, lam_ref in [((1000, 20, 5), 37.2, 0.332), ((2191, 15, 4), 35.1, 0.124),
                                       ((8065, 20, 1), 26.2, 0.029), ((2000, 20, 5), 38.3, 0.171)]:
         g = dp_iv.clipping_threshold(n, q, T)
         assert g == pytest.approx(g_ref, abs=0.05)
-        assert dp_iv.noise_std("paper", g, n, T, 1.0) == pytest.approx(lam_ref, abs=6e-4)
-    assert dp_iv.noise_std("paper", 3.0, 100, 7, 0.3) == pytest.approx(
-        math.sqrt(2) * dp_iv.noise_std("tight", 3.0, 100, 7, 0.3))
-    assert dp_iv.noise_std("tight", 3.0, 100, 7, np.inf) == 0.0
+        assert _lam("paper", g, n, T, 1.0) == pytest.approx(lam_ref, abs=6e-4)
+        ev1, ev2 = _events(dp_iv.dp_2s_gd(T), dp_iv.make_hparams(1.0, 1.0, 0.5, 0.1, g, g), n,
+                           q=q, p=1)
+        for ev in (ev1, ev2):
+            np.testing.assert_allclose(np.asarray(ev.scale), lam_ref, atol=6e-4)
+    hp = dp_iv.make_hparams(0.3, 0.3, 0.5, 0.1, 3.0, 3.0)
+    paper, tight = (_ledger(dp_iv.dp_2s_gd(7, c), 100, hp) for c in ("paper", "tight"))
+    for rp, rt in zip(paper.releases, tight.releases):
+        assert rp.scale == pytest.approx(math.sqrt(2) * rt.scale, rel=1e-6)
+        assert rt.scale == pytest.approx(_lam("tight", 3.0, 100, 7, 0.3), rel=1e-6)
+    none = _ledger(dp_iv.dp_2s_gd(7, "tight"), 100,
+                   dp_iv.make_hparams(np.inf, np.inf, 0.5, 0.1, 3.0, 3.0))
+    assert all(r.scale == 0.0 for r in none.releases)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,16 +241,17 @@ def test_calibration_formula_reference_values():
 def test_ledger_delivers_the_rho_its_noise_earns(calibration, factor):
     n, T, g1, g2, rho1, rho2 = 1000, 20, 37.0, 20.0, 0.3, 1.7
     est = dp_iv.dp_2s_gd(T, calibration)
-    led = est.ledger(n, dp_iv.make_hparams(rho1, rho2, 0.5, 0.1, g1, g2))
+    led = _ledger(est, n, dp_iv.make_hparams(rho1, rho2, 0.5, 0.1, g1, g2))
     assert led.composition == "zcdp" and led.relation == "replace-one" and led.is_private
     assert led.requested.rho == pytest.approx(rho1 + rho2)
     assert led.guarantee.rho == pytest.approx(factor * (rho1 + rho2), rel=1e-6)  # float32 hp
     # Per stage, rho_stage = 2 T gamma^2 / (n^2 lambda^2) with lambda by the printed formula.
     for rel, g, rho in zip(led.releases, (g1, g2), (rho1, rho2)):
-        lam = dp_iv.noise_std(calibration, g, n, T, rho)
+        lam = _lam(calibration, g, n, T, rho)
         assert rel.count == T and rel.mechanism == "gaussian-zcdp" and rel.norm == "l2"
         assert rel.delivered().rho * T == pytest.approx(2 * T * g**2 / (n**2 * lam**2))
-        assert rel.multiplier * 2 * g / n == pytest.approx(lam)
+        assert rel.sensitivity == pytest.approx(2 * g / n) and rel.sensitivity_ratio == 1.0
+        assert rel.scale / rel.sensitivity * 2 * g / n == pytest.approx(lam)
     assert ("over-noised" in led.variant) == (calibration == "paper")
     # The (epsilon, delta) conversion at delta = 1e-5 (default).
     assert led.approx_dp.delta == 1e-5
@@ -225,9 +261,9 @@ def test_ledger_delivers_the_rho_its_noise_earns(calibration, factor):
 
 def test_zcdp_composition_and_conversion_against_dp_accounting():
     n, T, g1, g2, rho1, rho2, delta = 500, 15, 10.0, 4.0, 0.4, 0.9, 1e-5
-    led = dp_iv.dp_2s_gd(T, "paper").ledger(
-        n, dp_iv.make_hparams(rho1, rho2, 0.5, 0.1, g1, g2, delta))
-    m1, m2 = (r.multiplier for r in led.releases)  # sigma / Delta per stage
+    led = _ledger(dp_iv.dp_2s_gd(T, "paper"), n,
+                  dp_iv.make_hparams(rho1, rho2, 0.5, 0.1, g1, g2, delta))
+    m1, m2 = (r.scale / r.sensitivity for r in led.releases)  # sigma / Delta per stage
     event = dpa.ComposedDpEvent([
         dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(m1), T),
         dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(m2), T),
@@ -256,10 +292,11 @@ def test_paper_footnote_conversions(rho, eps):
 
 def test_rho_inf_ledgers_are_not_private_and_baselines_say_so():
     hp = dp_iv.make_hparams(np.inf, np.inf, 0.5, 0.1, np.inf, np.inf)
-    assert not dp_iv.dp_2s_gd(10).ledger(100, hp).is_private
+    assert not _ledger(dp_iv.dp_2s_gd(10), 100, hp).is_private
     for est in (dp_iv.two_stage_gd(10), dp_iv.tsls()):
-        led = est.ledger(100, hp)
+        led = _ledger(est, 100, hp)
         assert not led.is_private and led.variant == "non-private"
+        assert all(r.mechanism == "none" for r in led.releases)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,15 +432,22 @@ def test_beta_only_variant_true_sensitivity_and_ledger(key):
     gap = float(jnp.linalg.norm(ga.value - gb.value))
     assert gap > 10 * float(ga.sensitivity)  # the declared 2 gamma2/n is violated
     assert gap <= 2 * gamma2 * (1 + 1e-5)  # the true bound
-    led = dp_iv.dp_2s_gd_beta_only(20).ledger(n, dp_iv.make_hparams(np.inf, 1.0, 0.5, 0.1,
-                                                                     np.inf, gamma2))
+    led = _ledger(dp_iv.dp_2s_gd_beta_only(20), n,
+                  dp_iv.make_hparams(np.inf, 1.0, 0.5, 0.1, np.inf, gamma2))
     assert "NOT DP as claimed" in led.variant
-    (rel,) = led.releases
-    assert rel.sensitivity_ratio == n and "true 2*gamma2" in rel.sensitivity
-    assert led.guarantee.rho == pytest.approx(n**2 * 0.5)  # n^2 x the (paper-calibrated) rho2/2
+    theta_rel, rel = led.releases
+    # The first stage is a non-private release: the transcript is not DP.
+    assert theta_rel.mechanism == "none" and not led.is_private
+    # The beta releases carry the true sensitivity 2 gamma2 (n x the declared 2 gamma2/n) ...
+    assert rel.sensitivity == pytest.approx(2 * gamma2 / n)
+    assert rel.sensitivity_ratio == pytest.approx(n, rel=1e-6) and "true 2*gamma2" in rel.statistic
+    # ... so alone they give n^2 x the (paper-calibrated) rho2/2: vacuous.
+    assert sum(b.rho for b in rel.budgets()) == pytest.approx(n**2 * 0.5, rel=1e-6)
     res = dp_iv.fit_dp_2s_gd_beta_only(key, data, rho2=1.0, eta=0.5, alpha=0.05,
                                        num_iterations=5, gamma2=gamma2)
     assert "NOT DP" in res.ledger.variant and np.isfinite(res.estimate).all()
+    assert not res.ledger.is_private
+    assert res.ledger.releases[1].sensitivity_ratio == pytest.approx(n, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,11 +42,18 @@ thresholds and the start must not depend on the data. ``rho_k = inf`` gives exac
 claimed**. ``Theta`` runs non-private, unclipped GD; only the beta step is clipped and noised.
 The paper (Lemma F.1) claims ``rho_2``-zCDP for ``{beta^(t)}``, but ``Theta^(t)`` depends on
 every record, so one replacement moves all ``n`` clipped beta-terms: the true sensitivity of
-``G_2`` is ``2 gamma_2`` (``n`` times the declared ``2 gamma_2 / n``; spec 004 §6 A2). Its ledger
-carries that ratio; the resulting guarantee (``n^2`` times the claimed rho) is vacuous.
+``G_2`` is ``2 gamma_2`` (``n`` times the declared ``2 gamma_2 / n``; spec 004 §6 A2). Its privacy
+event carries that true sensitivity, so the ledger gives the beta releases the guarantee their noise
+really earns (``n^2`` times the claimed rho: vacuous); the first stage is a non-private release
+(``Theta^(t)`` is part of the transcript), so the ledger as a whole says not DP.
 
 **2S-GD (Algorithm 2)**: the same iteration without clipping or noise (non-private). Algorithm 1
 with ``rho = gamma = inf`` reproduces it exactly; its fixed point is 2SLS (spec 004 §2.5).
+
+**Accounting.** Every step returns its two releases' :class:`~dpjax.mechanisms.PrivacyEvent` s
+(``info.events = (Theta event, beta event)``, built by the mechanism from the arrays that drew
+the noise; ``no_privacy_event`` for a non-private release), and the ledger of a run is composed
+from those events alone (:meth:`dpjax.accounting.Release.from_event`).
 """
 
 from __future__ import annotations
@@ -62,11 +69,7 @@ import numpy as np
 from dpjax import _validate
 from dpjax.accounting import ZCDP, Ledger, Release
 from dpjax.base import Estimator, as_key, run
-from dpjax.mechanisms import (
-    gaussian_mechanism_zcdp,
-    gaussian_multiplier_zcdp,
-    gaussian_sigma_zcdp,
-)
+from dpjax.mechanisms import PrivacyEvent, gaussian_mechanism_zcdp, no_privacy_event
 from dpjax.models import iv
 
 __all__ = [
@@ -86,7 +89,6 @@ __all__ = [
     "fit_dp_2s_gd_beta_only",
     "fit_two_stage_gd",
     "make_hparams",
-    "noise_std",
     "paper_step_sizes",
     "per_step_rho",
     "psi_tau",
@@ -122,6 +124,7 @@ class DPIVInfo(NamedTuple):
     clip_frac2: jax.Array  # () fraction of second-stage per-sample gradients clipped
     sigma1: jax.Array  # () std lambda_1 of the noise on G_1 (0 if none)
     sigma2: jax.Array  # () std lambda_2 of the noise on G_2 (0 if none)
+    events: tuple[PrivacyEvent, PrivacyEvent]  # the step's releases: (Theta^(t+1), beta^(t+1))
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,27 +137,13 @@ def per_step_rho(calibration: Calibration, rho: Any, num_iterations: int) -> Any
 
     ``"tight"``: ``rho / T``; ``"paper"``: ``rho / (2T)`` -- the paper's
     ``lambda = (2 gamma/n) sqrt(T/rho)`` is the zCDP Gaussian at this budget. Works on host
-    values and traced arrays; ``inf`` stays ``inf``.
+    values and traced arrays; ``inf`` stays ``inf``. The step's one calibration: the ledger
+    reads the noise drawn off the privacy events, it does not recompute it.
     """
     if calibration == "tight":
         return rho / num_iterations
     if calibration == "paper":
         return rho / (2 * num_iterations)
-    raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
-
-
-def noise_std(
-    calibration: Calibration, gamma: float, n: int, num_iterations: int, rho: float
-) -> float:
-    """``lambda`` by the printed formulas: paper ``(2 gamma/n) sqrt(T/rho)``; tight
-    ``(gamma/n) sqrt(2T/rho)``. 0 at ``rho = inf``. (A host-side reference for ledgers.)"""
-    if math.isinf(rho):
-        return 0.0
-    T = num_iterations
-    if calibration == "paper":
-        return 2.0 * gamma / n * math.sqrt(T / rho)
-    if calibration == "tight":
-        return gamma / n * math.sqrt(2.0 * T / rho)
     raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
 
 
@@ -165,6 +154,11 @@ def noise_std(
 
 def _clip_fraction(norms: jax.Array, gamma: jax.Array) -> jax.Array:
     return jnp.mean((norms > gamma).astype(norms.dtype))
+
+
+def _no_release() -> tuple[PrivacyEvent, PrivacyEvent]:
+    """The events of a non-private step: both stages released without clipping or noise."""
+    return no_privacy_event("l2"), no_privacy_event("l2")
 
 
 def _make_step(variant: Variant, calibration: Calibration, num_iterations: int):
@@ -178,33 +172,35 @@ def _make_step(variant: Variant, calibration: Calibration, num_iterations: int):
             del key
             beta_hat, theta_hat = iv.two_stage_least_squares(data)
             return DPIVState(theta_hat.astype(dtype), beta_hat.astype(dtype)), DPIVInfo(
-                zero, zero, zero, zero)
+                zero, zero, zero, zero, _no_release())
         if variant == "none":
             del key  # non-private: no randomness
             g1 = iv.first_stage_gradient(theta, data)
             g2 = iv.second_stage_gradient(theta, beta, data)  # at the old Theta^(t)
             return DPIVState(theta - hp.eta * g1, beta - hp.alpha * g2), DPIVInfo(
-                zero, zero, zero, zero)
+                zero, zero, zero, zero, _no_release())
 
         key_theta, key_beta = jax.random.split(key)
         norms1, norms2 = iv.gradient_norms(theta, beta, data)
+        g2 = iv.clipped_second_stage_gradient(theta, beta, data, hp.gamma2)
         if variant == "dp":
             g1 = iv.clipped_first_stage_gradient(theta, data, hp.gamma1)
-            rho1_t = per_step_rho(calibration, hp.rho1, T)
-            noisy1 = gaussian_mechanism_zcdp(key_theta, g1, rho1_t)
-            sigma1 = gaussian_sigma_zcdp(g1.sensitivity, rho1_t)
-            clip1 = _clip_fraction(norms1, hp.gamma1)
+            noisy1, ev1 = gaussian_mechanism_zcdp(key_theta, g1, per_step_rho(calibration,
+                                                                              hp.rho1, T))
+            sigma1, clip1 = ev1.scale, _clip_fraction(norms1, hp.gamma1)
         else:  # "beta-only": Algorithm 3, first stage unclipped and un-noised (not DP)
             del key_theta
             noisy1 = iv.first_stage_gradient(theta, data)
+            ev1 = no_privacy_event("l2")
             sigma1, clip1 = zero, zero
-        g2 = iv.clipped_second_stage_gradient(theta, beta, data, hp.gamma2)
-        rho2_t = per_step_rho(calibration, hp.rho2, T)
-        noisy2 = gaussian_mechanism_zcdp(key_beta, g2, rho2_t)
-        sigma2 = gaussian_sigma_zcdp(g2.sensitivity, rho2_t)
+            # Declared 2 gamma2/n as the paper calibrates; true 2 gamma2: Theta^(t) depends on
+            # every record, so one replacement moves all n clipped terms (spec 004 §6 A2).
+            n = data.z.shape[0]
+            g2 = g2.declare(2.0 * hp.gamma2 / n, 2.0 * hp.gamma2)
+        noisy2, ev2 = gaussian_mechanism_zcdp(key_beta, g2, per_step_rho(calibration, hp.rho2, T))
         new = DPIVState(theta - hp.eta * noisy1, beta - hp.alpha * noisy2)
-        info = DPIVInfo(clip1, _clip_fraction(norms2, hp.gamma2),
-                        jnp.asarray(sigma1, dtype), jnp.asarray(sigma2, dtype))
+        info = DPIVInfo(clip1, _clip_fraction(norms2, hp.gamma2), jnp.asarray(sigma1, dtype),
+                        jnp.asarray(ev2.scale, dtype), (ev1, ev2))
         return new, info
 
     return step
@@ -246,7 +242,8 @@ def dp_2s_gd(num_iterations: int, calibration: Calibration = "paper") -> Estimat
 
 def dp_2s_gd_beta_only(num_iterations: int, calibration: Calibration = "paper") -> Estimator:
     """The paper's Algorithm 3 ("privacy for beta only"). **Not DP as claimed**: see the module
-    docstring; its ledger reports the true sensitivity ``2 gamma_2``. For reproduction only."""
+    docstring; its ledger reports the true sensitivity ``2 gamma_2`` of the beta releases and,
+    the first stage being non-private, not DP. For reproduction only."""
     return _build("beta-only", calibration, num_iterations)
 
 
@@ -272,42 +269,41 @@ def _ledger(
     T: int,
     n: int,
     hparams: DPIVHyperparams,
+    events: tuple[PrivacyEvent, PrivacyEvent],
 ) -> Ledger:
-    """The privacy ledger of one run (one privacy level) on ``n`` records; the zCDP guarantee
-    is converted to (epsilon, delta) at ``hparams.delta``."""
+    """The privacy ledger of one run (one privacy level) on ``n`` records, composed from the
+    run's privacy events (``events = (Theta events, beta events)``, leading axis = steps); the
+    zCDP guarantee is converted to (epsilon, delta) at ``hparams.delta``. ``hparams`` supply
+    only the requested budget and the labels."""
     rho1, rho2, eta, alpha, gamma1, gamma2, delta = (float(np.asarray(v)) for v in hparams)
+    ev1, ev2 = events
     notes = [f"n = {n}, T = {T}, eta = {eta:g}, alpha = {alpha:g}, "
              f"gamma1 = {gamma1:g}, gamma2 = {gamma2:g}"]
     if variant in ("none", "2sls"):
-        what = ("Theta^(t), beta^(t) of unclipped, noise-free two-stage GD" if variant == "none"
-                else "closed-form 2SLS (Theta_hat, beta_hat)")
-        release = Release("none", what, "unbounded", "l2", 0.0,
-                          count=T if variant == "none" else 1)
+        what = (("Theta^(t) of unclipped, noise-free two-stage GD",
+                 "beta^(t) of unclipped, noise-free two-stage GD") if variant == "none"
+                else ("closed-form 2SLS Theta_hat", "closed-form 2SLS beta_hat"))
+        releases = [Release.from_event(ev, w) for ev, w in zip(events, what)]
         notes.append("non-private baseline")
-        return Ledger.build(name, [release], "basic", variant="non-private", notes=notes)
+        return Ledger.build(name, releases, "basic", variant="non-private", notes=notes)
 
     cal_text = {
         "paper": "lambda = (2*gamma/n)*sqrt(T/rho) (Prop 3.1, eq. 4)",
         "tight": "lambda = (gamma/n)*sqrt(2T/rho)",
     }[calibration]
 
-    def stage(k: int, rho: float, gamma: float, statistic: str, ratio: float = 1.0,
-              sens_note: str = "") -> Release:
-        sens = 2.0 * gamma / n
-        lam = noise_std(calibration, gamma, n, T, rho)
-        mult = float(gaussian_multiplier_zcdp(per_step_rho(calibration, rho, T)))
-        return Release(
-            "gaussian-zcdp", statistic, f"2*gamma{k}/n = {sens:.6g}{sens_note}", "l2", mult,
-            count=T, data="full data", sensitivity_ratio=ratio,
-            noise=f"{cal_text.replace('gamma', f'gamma{k}').replace('rho', f'rho{k}')} = "
-                  f"{lam:.6g} per entry of the averaged gradient",
-        )
+    def noise(k: int) -> str:
+        return (f"noise {cal_text.replace('gamma', f'gamma{k}').replace('rho', f'rho{k}')} "
+                "per entry of the averaged gradient")
 
-    g1_text = "G1 = (1/n) sum_i CLIP_gamma1(z_i (z_i^T Theta^t - x_i^T)) (Frobenius)"
-    g2_text = "G2 = (1/n) sum_i CLIP_gamma2(Theta^t^T z_i (z_i^T Theta^t beta^t - y_i))"
+    g1_text = ("G1 = (1/n) sum_i CLIP_gamma1(z_i (z_i^T Theta^t - x_i^T)) (Frobenius); "
+               "sensitivity 2*gamma1/n; " + noise(1))
+    g2_text = ("G2 = (1/n) sum_i CLIP_gamma2(Theta^t^T z_i (z_i^T Theta^t beta^t - y_i)); "
+               "sensitivity 2*gamma2/n")
     requested = ZCDP(rho2) if variant == "beta-only" else ZCDP(rho1 + rho2)
     if variant == "dp":
-        releases = [stage(1, rho1, gamma1, g1_text), stage(2, rho2, gamma2, g2_text)]
+        releases = [Release.from_event(ev1, g1_text),
+                    Release.from_event(ev2, f"{g2_text}; {noise(2)}")]
         if calibration == "paper":
             var = ("paper calibration (Prop 3.1): over-noised by sqrt(2), delivers "
                    "(rho1 + rho2)/2-zCDP, not the stated rho1 + rho2 (spec 004 §6 A1)")
@@ -317,17 +313,21 @@ def _ledger(
                   "released; adaptive zCDP composition of 2T Gaussian mechanisms",
                   "step sizes, clipping thresholds and the start must be data-independent"]
     else:
-        releases = [stage(2, rho2, gamma2, g2_text + " with non-private Theta^t", ratio=float(n),
-                          sens_note=" declared; true 2*gamma2 (n x declared): Theta^t depends "
-                                    "on every record")]
+        releases = [
+            Release.from_event(ev1, "Theta^t of unclipped, un-noised first-stage GD on all "
+                                    "records"),
+            Release.from_event(ev2, f"{g2_text} declared, true 2*gamma2 (n x declared): "
+                                    f"Theta^t depends on every record; {noise(2)}"),
+        ]
         var = ("paper-literal Algorithm 3 (privacy for beta only): NOT DP as claimed -- "
                "Lemma F.1's rho2-zCDP is invalid (spec 004 §6 A2)")
-        notes += ["Theta^t is unclipped, un-noised GD on all records: replacing one record moves "
-                  "Theta^t and hence all n clipped beta-terms, so the true l2 sensitivity of G2 "
-                  "is 2*gamma2 = n x the declared 2*gamma2/n",
-                  "the guarantee below uses the true sensitivity: n^2 x the claimed rho, "
-                  "i.e. vacuous; for a valid beta-only guarantee run Algorithm 1 and charge "
-                  "rho1 + rho2"]
+        beta_rho = sum(b.rho for b in releases[1].budgets())
+        notes += ["Theta^t is unclipped, un-noised GD on all records: a non-private release, "
+                  "and replacing one record moves Theta^t and hence all n clipped beta-terms, "
+                  "so the true l2 sensitivity of G2 is 2*gamma2 = n x the declared 2*gamma2/n",
+                  f"the beta releases alone, at their true sensitivity, give {beta_rho:.6g}-zCDP "
+                  "(n^2 x the claimed rho: vacuous); for a valid beta-only guarantee run "
+                  "Algorithm 1 and charge rho1 + rho2"]
     return Ledger.build(name, releases, "zcdp", variant=var, requested=requested, delta=delta,
                         notes=notes)
 
@@ -438,9 +438,9 @@ class FitResult(NamedTuple):
 _run_jit = jax.jit(run, static_argnames=("estimator", "record"))
 
 
-def _record(state: DPIVState, info: DPIVInfo) -> tuple[DPIVState, jax.Array]:
+def _record(state: DPIVState, info: DPIVInfo):
     # Module level (not a closure), so the jit cache sees the same static argument every call.
-    return state, jnp.stack([info.clip_frac1, info.clip_frac2])
+    return state, jnp.stack([info.clip_frac1, info.clip_frac2]), info.events
 
 
 def _check_gamma(gamma: Any, rho: Any, name: str, rho_name: str) -> np.ndarray:
@@ -513,7 +513,7 @@ def _fit(
     hp = make_hparams(r1, r2, e, a, g1, g2, float(delta))
     state0 = estimator.init((jnp.asarray(th0, dtype), jnp.asarray(b0, dtype)))
 
-    final, (trace, clip) = _run_jit(
+    final, (trace, clip, events) = _run_jit(
         estimator, key, data, state0, jax.tree_util.tree_map(jnp.asarray, hp), record=_record
     )
     estimate = np.asarray(final.beta)
@@ -522,7 +522,7 @@ def _fit(
             "the iterates are not finite; the step sizes are too large for this data "
             "(2S-GD needs eta < 2/lambda_max(Z^T Z/n) and alpha < 2/lambda_max(H))"
         )
-    led = estimator.ledger(n, hp)
+    led = estimator.ledger(n, hp, events)
     return FitResult(estimate, np.asarray(final.theta), np.asarray(trace.beta),
                      np.asarray(trace.theta), np.asarray(clip), led, hp)
 
@@ -585,8 +585,8 @@ def fit_dp_2s_gd_beta_only(
     tau: float = 5.0,
 ) -> FitResult:
     """The paper's Algorithm 3, for reproduction only: **not DP as claimed** (its ledger gives
-    the true sensitivity ``2 gamma2`` and a vacuous guarantee). Arguments as
-    :func:`fit_dp_2s_gd`."""
+    the beta releases their true sensitivity ``2 gamma2`` and a vacuous guarantee, and the
+    non-private first stage makes the run not DP). Arguments as :func:`fit_dp_2s_gd`."""
     return _fit("beta-only", key, data, rho1=math.inf, rho2=rho2, eta=eta, alpha=alpha,
                 num_iterations=num_iterations, gamma1=None, gamma2=gamma2,
                 calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau)
