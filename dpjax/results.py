@@ -121,6 +121,7 @@ def _is_primary() -> bool:
 # --------------------------------------------------------------------------------------------
 
 CHUNK_FORMAT = 1
+_RESULTS_FILES = ("results.csv", "iterations.csv", "summary.csv", "config.json")
 _META = "__chunk__"  # the archive member holding a chunk's header and checksum (JSON bytes)
 
 
@@ -248,7 +249,10 @@ class ChunkStore:
         else:
             _atomic_write_text(marker, fingerprint + "\n")
         if self._primary:  # temporary files of a killed run: never a completed chunk
-            for tmp in [*self.root.glob("*.tmp"), *self.root.glob("*/*.tmp")]:
+            stale = [*self.root.glob("*.tmp"), *self.root.glob("*/*.tmp")]
+            for name in _RESULTS_FILES:  # and of the results files (see _atomic_write)
+                stale.extend(self.root.parent.glob(f".{name}.*.tmp"))
+            for tmp in stale:
                 tmp.unlink(missing_ok=True)
 
     def _path(self, key: str, start: int, stop: int) -> Path:
