@@ -73,7 +73,7 @@ def _storage_error_type() -> type:
 
         __str__ = BaseException.__str__  # the message, not OSError's "[Errno n] ..."
 
-    StorageError.__module__ = __name__
+    StorageError.__module__, StorageError.__qualname__ = __name__, "StorageError"
     return StorageError
 
 

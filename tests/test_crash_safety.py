@@ -262,6 +262,24 @@ def test_a_damaged_chunk_is_reported_moved_aside_and_recomputed(finished, tmp_pa
     assert _files(out) == expected
 
 
+def test_temporary_files_of_a_killed_run_are_removed_and_never_used(finished, tmp_path,
+                                                                    kernel_calls):
+    src, expected = finished
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    target = _folder(out, "toy-a") / "reps-0000002-0000003.npz"
+    stale = [target.with_name(f".{target.name}.x1y2z3.tmp"), out / ".results.csv.a1b2c3.tmp",
+             out / "chunks" / ".fingerprint.txt.q9w8e7.tmp"]
+    shutil.copyfile(target, stale[0])  # even a complete copy: only the rename completes a chunk
+    target.unlink()
+    for p in stale[1:]:
+        p.write_text("partial")
+    _run(out)
+    assert kernel_calls == [[2]]
+    assert not any(p.exists() for p in stale)
+    assert _files(out) == expected
+
+
 def test_valid_chunks_that_disagree_in_shape_stop_the_run(finished, tmp_path):
     """Chunks that verify but hold other metrics than the rest (another dpjax version) are not
     mixed: the run stops with a clear error."""
