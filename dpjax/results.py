@@ -10,27 +10,37 @@ Layout of an output directory (DESIGN.md, "Results and the command line"):
 * ``summary.csv`` -- mean, standard error and count of the final error per (setting, level);
 * ``config.json`` -- the resolved configuration, seed, package versions, machine, timings, and the
   privacy ledger of every (setting, level);
-* ``chunks/`` -- one ``.npz`` per completed chunk of repetitions, written atomically, so a killed
-  run loses at most the chunk in flight and a rerun resumes.
+* ``chunks/`` -- one ``.npz`` per completed chunk of repetitions, written atomically (temporary
+  file, fsync, rename, fsync of the folder), so a killed run loses at most the chunk in flight and
+  a rerun resumes. Each chunk carries the study fingerprint, its setting key and repetition range,
+  and a SHA-256 checksum of its content; a chunk that fails verification is reported, moved aside
+  (``.corrupt``) and computed again. A failed write (disk full) leaves no partial chunk behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
+import functools
 import hashlib
 import json
 import math
 import os
 import platform
+import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 __all__ = [
+    "ChunkError",
     "ChunkStore",
+    "decode_chunk",
+    "encode_chunk",
     "environment",
     "read_csv",
     "summarise",
@@ -44,30 +54,206 @@ def _safe(name: str) -> str:
     return f"{keep[:80]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
+# --------------------------------------------------------------------------------------------
+# Errors and messages
+# --------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _storage_error_type() -> type:
+    # The command line prints a ConfigError as one line ("dpjax: error: ...", status 2), so a
+    # failed write is one (and an OSError too, as before). Built on first use: dpjax.study,
+    # where ConfigError lives, imports this module.
+    from dpjax.study import ConfigError
+
+    class StorageError(ConfigError, OSError):
+        """A results file could not be written (disk full, read-only, ...); an ``OSError``
+        with its ``errno``, and a ``ConfigError`` so that ``dpjax run`` reports it in one
+        line. Completed chunks are kept: free space and rerun to resume."""
+
+        __str__ = BaseException.__str__  # the message, not OSError's "[Errno n] ..."
+
+    StorageError.__module__, StorageError.__qualname__ = __name__, "StorageError"
+    return StorageError
+
+
+def __getattr__(name: str) -> Any:  # results.StorageError, built on first use
+    if name == "StorageError":
+        return _storage_error_type()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _storage_error(path: Path, exc: OSError, hint: str = "") -> OSError:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    code = errno.errorcode.get(exc.errno, "") if exc.errno is not None else ""
+    err = _storage_error_type()(
+        f"could not write {path}: {reason}" + (f" ({code})" if code else "") + hint
+    )
+    err.errno, err.strerror, err.filename = exc.errno, exc.strerror, str(path)
+    return err
+
+
+def _user_error(message: str) -> ValueError:
+    from dpjax.study import ConfigError  # printed as one line by the command line
+
+    return ConfigError(message)
+
+
+def _report(message: str) -> None:
+    """One line on stderr, above the progress bar if one is showing."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm comes with the [experiments] extra
+        print(message, file=sys.stderr, flush=True)
+    else:
+        tqdm.write(message, file=sys.stderr)
+
+
+def _is_primary() -> bool:
+    """Process 0 of a multi-process run (the one that writes chunks), or the only process."""
+    import jax
+
+    return jax.process_index() == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Chunks
+# --------------------------------------------------------------------------------------------
+
+CHUNK_FORMAT = 1
+_RESULTS_FILES = ("results.csv", "iterations.csv", "summary.csv", "config.json")
+_META = "__chunk__"  # the archive member holding a chunk's header and checksum (JSON bytes)
+
+
+class ChunkError(ValueError):
+    """A chunk file that cannot be trusted: unreadable, truncated, its checksum does not match,
+    or it belongs to another setting, repetition range or configuration."""
+
+
+def _chunk_header(fingerprint: str, key: str, start: int, stop: int,
+                  arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    return {
+        "format": CHUNK_FORMAT, "fingerprint": fingerprint, "key": key,
+        "start": int(start), "stop": int(stop),
+        "arrays": {k: {"dtype": v.dtype.str, "shape": list(v.shape)}
+                   for k, v in sorted(arrays.items())},
+    }
+
+
+def _chunk_digest(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 of the header (which names every array's dtype and shape) and the arrays'
+    bytes in C order, arrays by sorted name."""
+    h = hashlib.sha256(json.dumps(header, sort_keys=True).encode())
+    for name in sorted(arrays):
+        h.update(np.ascontiguousarray(arrays[name]).tobytes())
+    return h.hexdigest()
+
+
+def encode_chunk(path: str | os.PathLike, fingerprint: str, key: str, start: int, stop: int,
+                 arrays: Mapping[str, np.ndarray]) -> None:
+    """Write a chunk atomically: an ``.npz`` of ``arrays`` plus a member ``__chunk__`` holding
+    the header (format, fingerprint, key, repetition range, dtype and shape of every array)
+    and the SHA-256 of header and data. The file appears under its name complete or not at
+    all (temporary file, fsync, rename, fsync of the folder)."""
+    arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    for k, v in arrays.items():
+        if not isinstance(k, str) or k == _META:
+            raise ValueError(f"chunk {key!r}: invalid metric name {k!r}")
+        if v.dtype.hasobject or v.ndim < 1 or v.shape[0] != stop - start:
+            raise ValueError(f"chunk {key!r} [{start}, {stop}): metric {k!r} has shape "
+                             f"{v.shape} and dtype {v.dtype}; expected {stop - start} "
+                             "repetitions of numbers")
+    header = _chunk_header(fingerprint, key, start, stop, arrays)
+    meta = header | {"sha256": _chunk_digest(header, arrays)}
+    blob = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8)
+    _atomic_write(Path(path), lambda f: np.savez(f, **arrays, **{_META: blob}), hint=(
+        "; completed chunks are kept: free some space and rerun the same command to resume"))
+
+
+def decode_chunk(path: str | os.PathLike, fingerprint: str, key: str, start: int,
+                 stop: int) -> dict[str, np.ndarray]:
+    """Read and verify a chunk written by :func:`encode_chunk`; raises :class:`ChunkError`
+    unless the file is complete, its checksum matches, and it holds repetitions
+    ``[start, stop)`` of setting ``key`` under ``fingerprint``."""
+    try:
+        with open(path, "rb") as fh:
+            obj = np.load(fh, allow_pickle=False)
+            if not isinstance(obj, np.lib.npyio.NpzFile):
+                raise ChunkError("not an .npz archive")
+            with obj:
+                names = list(obj.files)
+                if _META not in names:
+                    raise ChunkError("no checksum (written by an older dpjax?)")
+                blob = obj[_META]
+                arrays = {k: obj[k] for k in names if k != _META}
+    except ChunkError:
+        raise
+    except Exception as exc:  # truncated or damaged archive: zipfile, zlib, numpy errors
+        raise ChunkError(f"unreadable: {type(exc).__name__}: {exc}") from exc
+    try:
+        if blob.dtype != np.uint8 or blob.ndim != 1:
+            raise ValueError("not bytes")
+        meta = json.loads(blob.tobytes().decode())
+        if not isinstance(meta, dict):
+            raise ValueError("not an object")
+        digest = meta.pop("sha256")
+    except (ValueError, KeyError) as exc:
+        raise ChunkError(f"damaged header: {exc}") from exc
+    header = _chunk_header(fingerprint, key, start, stop, arrays)
+    if meta.get("format") != CHUNK_FORMAT:
+        raise ChunkError(f"unknown chunk format {meta.get('format')!r}")
+    for field in ("fingerprint", "key", "start", "stop"):
+        if meta.get(field) != header[field]:
+            raise ChunkError(f"holds {field} {meta.get(field)!r}, expected {header[field]!r}")
+    if meta != header:  # the arrays present, their dtypes and shapes
+        raise ChunkError("its arrays differ from the ones its header lists")
+    for k, v in arrays.items():
+        if v.ndim < 1 or v.shape[0] != stop - start:
+            raise ChunkError(f"metric {k!r} has shape {v.shape}, not {stop - start} repetitions")
+    if _chunk_digest(header, arrays) != digest:
+        raise ChunkError("checksum mismatch")
+    return arrays
+
+
 class ChunkStore:
-    """Completed chunks of a study, one file each, written atomically.
+    """Completed chunks of a study, one file each, written atomically and verified on read.
 
     A chunk is identified by its setting and its repetition range, so a rerun with the same
     chunk size reuses every completed chunk, and a rerun with more repetitions reuses the
     chunks it shares. The store refuses to mix results of different configurations: the
-    ``fingerprint`` (a hash of everything that changes results) is checked on open.
+    ``fingerprint`` (a hash of everything that changes results) is checked on open, and every
+    chunk carries it, with its setting key, repetition range and a SHA-256 checksum (see
+    :func:`encode_chunk`). A chunk that fails verification is reported on stderr, moved aside
+    to ``NAME.corrupt`` and computed again; it is never used.
     """
 
     def __init__(self, out_dir: str | os.PathLike, fingerprint: str) -> None:
         self.root = Path(out_dir) / "chunks"
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.fingerprint = fingerprint
+        self.bounds: dict[tuple[str, int], tuple[int, int]] = {}
+        self._verified: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+        self._schema: dict[str, dict[str, Any]] = {}
+        self._primary = _is_primary()
+        try:
+            _make_dirs(self.root)
+        except OSError as exc:
+            raise _storage_error(self.root, exc) from exc
         marker = self.root / "fingerprint.txt"
         if marker.exists():
             old = marker.read_text().strip()
             if old != fingerprint:
-                raise ValueError(
+                raise _user_error(
                     f"{out_dir} holds results of a different configuration (fingerprint {old} "
                     f"!= {fingerprint}); choose another --out directory or delete it"
                 )
         else:
             _atomic_write_text(marker, fingerprint + "\n")
-        self.fingerprint = fingerprint
-        self.bounds: dict[tuple[str, int], tuple[int, int]] = {}
+        if self._primary:  # temporary files of a killed run: never a completed chunk
+            stale = [*self.root.glob("*.tmp"), *self.root.glob("*/*.tmp")]
+            for name in _RESULTS_FILES:  # and of the results files (see _atomic_write)
+                stale.extend(self.root.parent.glob(f".{name}.*.tmp"))
+            for tmp in stale:
+                tmp.unlink(missing_ok=True)
 
     def _path(self, key: str, start: int, stop: int) -> Path:
         return self.root / _safe(key) / f"reps-{start:07d}-{stop:07d}.npz"
@@ -77,26 +263,73 @@ class ChunkStore:
             self.bounds[(key, i)] = b
 
     def has(self, key: str, i: int) -> bool:
-        return self._path(key, *self.bounds[(key, i)]).exists()
+        """Whether chunk ``i`` of ``key`` is complete and verified (a damaged one is moved
+        aside, reported, and counts as missing)."""
+        path = self._path(key, *self.bounds[(key, i)])
+        if not path.is_file():
+            return False
+        if not self._primary:  # process 0 reads and decides (see sweep.run_setting)
+            return True
+        arrays = self._read(key, i, path)
+        if arrays is None:
+            return False
+        self._verified[(key, i)] = arrays
+        return True
 
     def load(self, key: str, i: int) -> dict[str, np.ndarray]:
-        with np.load(self._path(key, *self.bounds[(key, i)])) as f:
-            return {k: f[k] for k in f.files}
+        arrays = self._verified.pop((key, i), None)
+        if arrays is None:
+            path = self._path(key, *self.bounds[(key, i)])
+            arrays = self._read(key, i, path)
+            if arrays is None:
+                raise ChunkError(f"chunk {path} was damaged (moved aside); compute it again")
+        return arrays
 
     def save(self, key: str, i: int, arr: Mapping[str, np.ndarray]) -> None:
-        path = self._path(key, *self.bounds[(key, i)])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arr)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        start, stop = self.bounds[(key, i)]
+        arrays = {k: np.asarray(v) for k, v in arr.items()}
+        self._check_schema(key, arrays, "computed")
+        encode_chunk(self._path(key, start, stop), self.fingerprint, key, start, stop, arrays)
 
     def completed(self) -> int:
         return sum(1 for _ in self.root.glob("*/*.npz"))
+
+    def _read(self, key: str, i: int, path: Path) -> dict[str, np.ndarray] | None:
+        start, stop = self.bounds[(key, i)]
+        try:
+            arrays = decode_chunk(path, self.fingerprint, key, start, stop)
+        except ChunkError as exc:
+            self._quarantine(path, str(exc))
+            return None
+        self._check_schema(key, arrays, f"stored in {path}")
+        return arrays
+
+    def _quarantine(self, path: Path, reason: str) -> None:
+        dest = path.with_name(path.name + ".corrupt")
+        try:
+            os.replace(path, dest)
+            _fsync_dir(path.parent)
+            done = f"moved it to {dest.name}"
+        except FileNotFoundError:
+            done = "it is gone"
+        except OSError as exc:
+            try:
+                path.unlink()
+                done = f"deleted it (could not move it: {exc.strerror or exc})"
+            except OSError as exc2:
+                raise _storage_error(path, exc2, f" (a damaged chunk: {reason})") from exc2
+        _report(f"dpjax: warning: damaged chunk {path} ({reason}); {done}; computing it again")
+
+    def _check_schema(self, key: str, arrays: Mapping[str, np.ndarray], what: str) -> None:
+        """Every chunk of a setting holds the same metrics with the same trailing shapes."""
+        schema = {k: [v.dtype.str, list(v.shape[1:])] for k, v in sorted(arrays.items())}
+        known = self._schema.setdefault(key, schema)
+        if known != schema:
+            raise _user_error(
+                f"{self.root}: the chunks of setting {key!r} disagree: metrics {known} "
+                f"elsewhere but {schema} {what} (written by another version of dpjax?); "
+                "delete the directory or choose another --out"
+            )
 
 
 def fingerprint(obj: Any) -> str:
@@ -105,16 +338,66 @@ def fingerprint(obj: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+# --------------------------------------------------------------------------------------------
+# Atomic writes
+# --------------------------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in ``path`` durable (no-op where directories cannot be
+    opened, e.g. Windows)."""
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platform without directory file descriptors
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_dirs(path: Path) -> None:
+    """``mkdir -p`` that also makes each new directory's entry durable."""
+    if path.is_dir():
+        return
+    _make_dirs(path.parent)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    _fsync_dir(path.parent)
+
+
+def _atomic_write(path: Path, write: Callable[[IO[Any]], None], text: bool = False,
+                  hint: str = "") -> None:
+    """Write ``path`` as a whole or not at all: ``write`` fills a temporary file in the same
+    folder, which is flushed to disk, renamed over ``path``, and the folder synced. A failure
+    (an ``OSError`` becomes a :class:`StorageError`) removes the temporary file and leaves any
+    previous ``path`` as it was."""
+    try:
+        _make_dirs(path.parent)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _storage_error(path, exc, hint) from exc
+    try:
+        with os.fdopen(fd, "w" if text else "wb", **({"newline": ""} if text else {})) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _fsync_dir(path.parent)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, _storage_error_type()):
+            raise _storage_error(path, exc, hint) from exc
         raise
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    _atomic_write(path, lambda f: f.write(text), text=True)
 
 
 def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]],
@@ -125,18 +408,14 @@ def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]],
         columns = []
         for r in rows:
             columns.extend(k for k in r if k not in columns)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="raise")
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: _fmt(r.get(k, "")) for k in columns})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def write(f: IO[str]) -> None:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="raise")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _fmt(r.get(k, "")) for k in columns})
+
+    _atomic_write(Path(path), write, text=True)
 
 
 def _fmt(v: Any) -> Any:
