@@ -14,6 +14,12 @@ from typing import Any
 
 import numpy as np
 
+
+class ConfigError(ValueError):
+    """An invalid input at the public boundary (a ``--set key=value``, an output directory, a
+    study that cannot fit): ``dpjax run`` prints it as one line, ``dpjax: error: ...``, and
+    exits with status 2."""
+
 __all__ = [
     "DPJaxWarning",
     "ClassicGaussianWarning",

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
-import functools
 import hashlib
 import json
 import math
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
+from dpjax._validate import ConfigError
 
 __all__ = [
     "ChunkError",
@@ -59,34 +60,18 @@ def _safe(name: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-@functools.cache
-def _storage_error_type() -> type:
-    # The command line prints a ConfigError as one line ("dpjax: error: ...", status 2), so a
-    # failed write is one (and an OSError too, as before). Built on first use: dpjax.study,
-    # where ConfigError lives, imports this module.
-    from dpjax.study import ConfigError
+class StorageError(ConfigError, OSError):
+    """A results file could not be written (disk full, read-only, ...): an ``OSError`` with its
+    ``errno``, and a :class:`~dpjax._validate.ConfigError` so that ``dpjax run`` reports it in
+    one line. Completed chunks are kept: free space and rerun to resume."""
 
-    class StorageError(ConfigError, OSError):
-        """A results file could not be written (disk full, read-only, ...); an ``OSError``
-        with its ``errno``, and a ``ConfigError`` so that ``dpjax run`` reports it in one
-        line. Completed chunks are kept: free space and rerun to resume."""
-
-        __str__ = BaseException.__str__  # the message, not OSError's "[Errno n] ..."
-
-    StorageError.__module__, StorageError.__qualname__ = __name__, "StorageError"
-    return StorageError
-
-
-def __getattr__(name: str) -> Any:  # results.StorageError, built on first use
-    if name == "StorageError":
-        return _storage_error_type()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __str__ = BaseException.__str__  # the message, not OSError's "[Errno n] ..."
 
 
 def _storage_error(path: Path, exc: OSError, hint: str = "") -> OSError:
     reason = exc.strerror or str(exc) or type(exc).__name__
     code = errno.errorcode.get(exc.errno, "") if exc.errno is not None else ""
-    err = _storage_error_type()(
+    err = StorageError(
         f"could not write {path}: {reason}" + (f" ({code})" if code else "") + hint
     )
     err.errno, err.strerror, err.filename = exc.errno, exc.strerror, str(path)
@@ -94,9 +79,7 @@ def _storage_error(path: Path, exc: OSError, hint: str = "") -> OSError:
 
 
 def _user_error(message: str) -> ValueError:
-    from dpjax.study import ConfigError  # printed as one line by the command line
-
-    return ConfigError(message)
+    return ConfigError(message)  # printed as one line by the command line
 
 
 def _report(message: str) -> None:
@@ -391,7 +374,7 @@ def _atomic_write(path: Path, write: Callable[[IO[Any]], None], text: bool = Fal
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and not isinstance(exc, _storage_error_type()):
+        if isinstance(exc, OSError) and not isinstance(exc, StorageError):
             raise _storage_error(path, exc, hint) from exc
         raise
 

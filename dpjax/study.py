@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from dpjax import results, sweep
+from dpjax._validate import ConfigError
 from dpjax.sweep import Setting
 
 __all__ = [
@@ -32,10 +33,6 @@ __all__ = [
     "resolve_config",
     "run_experiment",
 ]
-
-
-class ConfigError(ValueError):
-    """A configuration value (``--set key=value``) is unknown or invalid."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,10 +343,7 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     )
     _check_memory(settings)
     _make_out_dir(out)
-    try:
-        store = results.ChunkStore(out, fp)
-    except ValueError as exc:  # a different configuration's results are there
-        raise ConfigError(f"--out {out}: {exc}") from None
+    store = results.ChunkStore(out, fp)  # refuses another configuration's directory
     total = reps * len(settings)
     show = progress and jax.process_index() == 0
     bar = sweep.default_progress(total, experiment.name) if show else None
