@@ -18,14 +18,18 @@ data (consecutive index blocks of size ``n0 = floor(n / num_steps)``; the remain
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = [
     "Estimator",
+    "FitResult",
+    "fit",
     "InitFn",
     "StepFn",
     "as_key",
@@ -175,3 +179,79 @@ def probe_events(estimator: Estimator, batch: PyTree, params0: PyTree, hparams: 
     return jax.tree_util.tree_map(
         lambda x: jnp.broadcast_to(x, (estimator.num_steps,) + jnp.shape(x)), info.events
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The one fit
+# --------------------------------------------------------------------------------------------
+
+
+class FitResult(NamedTuple):
+    """The result of one fit (NumPy arrays)."""
+
+    estimate: Any  # output(final state), e.g. beta^T
+    trace: Any  # record(state, info) after every step (leading axis: steps)
+    ledger: Any  # dpjax.accounting.Ledger composed from the run's privacy events
+    hparams: PyTree  # the hyperparameters used (one privacy level)
+    state: PyTree  # the final state
+
+
+def _beta(state: PyTree) -> jax.Array:
+    return state.beta
+
+
+def _fit_record(output, record):
+    def rec(state, info):
+        return (output(state) if record is None else record(state, info)), info.events
+
+    return rec
+
+
+@functools.partial(jax.jit, static_argnames=("estimator", "output", "record"))
+def _fit_run(estimator, key, data, state, hparams, output, record):
+    return run(estimator, key, data, state, hparams, record=_fit_record(output, record))
+
+
+def fit(
+    estimator: Estimator,
+    key: Any,
+    data: PyTree,
+    params0: PyTree,
+    hparams: PyTree,
+    *,
+    n: int | None = None,
+    output: Callable[[PyTree], PyTree] = _beta,
+    record: Callable[[PyTree, PyTree], PyTree] | None = None,
+) -> FitResult:
+    """Fit ``estimator`` to one data set: the single entry point under every ``fit_*``.
+
+    Runs :func:`run` (one compile per estimator and shape; new hyperparameter values do not
+    recompile), composes the ledger from the privacy events the run drew
+    (``estimator.ledger(n, hparams, events)``), and refuses a non-finite estimate.
+
+    Args:
+        estimator: the estimator.
+        key: PRNG key (or int seed) for the noise.
+        data: the (validated) data set, leaves with ``n`` rows.
+        params0: the data-independent starting value.
+        hparams: one privacy level's hyperparameters (host values; they are also what the
+            ledger reads).
+        n: the number of records (default: the rows of the first data leaf).
+        output: ``output(state) -> estimate`` (module-level function; default ``state.beta``).
+        record: ``record(state, info)`` kept per step (module-level; default ``output(state)``).
+    """
+    if n is None:
+        n = int(jax.tree_util.tree_leaves(data)[0].shape[0])
+    final, (trace, events) = _fit_run(
+        estimator, as_key(key), data, estimator.init(params0),
+        jax.tree_util.tree_map(jnp.asarray, hparams), output, record,
+    )
+    estimate = jax.tree_util.tree_map(np.asarray, output(final))
+    if not all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(estimate)):
+        raise FloatingPointError(
+            "the estimate is not finite; check the data scale, the step sizes and the "
+            "truncation or clipping levels"
+        )
+    ledger = None if estimator.ledger is None else estimator.ledger(n, hparams, events)
+    to_np = functools.partial(jax.tree_util.tree_map, np.asarray)
+    return FitResult(estimate, to_np(trace), ledger, hparams, to_np(final))

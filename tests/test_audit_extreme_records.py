@@ -85,7 +85,7 @@ def test_dp_iv_audit_on_an_extreme_record(key):
               gamma2=1.0, delta=delta)
     fits = [dp_iv.fit_dp_2s_gd(jax.random.key(2), d_set, **kw) for d_set in (data, extreme)]
     for fit in fits:  # neither raises, both finite
-        assert np.isfinite(fit.estimate).all() and np.isfinite(fit.theta).all()
+        assert np.isfinite(fit.estimate).all() and np.isfinite(fit.state.theta).all()
     claimed = fits[0].ledger.approx_dp.epsilon
     assert claimed < 1.0
 

@@ -259,11 +259,11 @@ def test_no_recompile_when_epsilon_delta_eta_or_truncation_change(key):
     beta, data, beta0 = _problem(n=900, d=24, s=3, seed=5)
     dp_em.fit_hd_dp_em(jax.random.fold_in(key, 0), data, MODEL, s_hat=3, beta0=beta0,
                        epsilon=0.5)
-    before = compile_count(dp_em._run_jit)
+    before = compile_count(base._fit_run)
     for i, (eps, eta, T) in enumerate([(0.3, 0.5, 1.0), (0.8, 0.4, 2.0), (np.inf, 0.5, 2.5)]):
         dp_em.fit_hd_dp_em(jax.random.fold_in(key, i + 1), data, MODEL, s_hat=3, beta0=beta0,
                            epsilon=eps, eta=eta, truncation=T, delta=1e-4)
-    assert compile_count(dp_em._run_jit) == before
+    assert compile_count(base._fit_run) == before
 
 
 def test_ledger_reports_the_delivered_guarantee(key):

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dpjax import base
 from dpjax.algorithms import dp_em
 from dpjax.models import RegressionMissingCovariates, RMCData, sparse_unit_beta
 from tests.helpers import assert_scale_with_power, compile_count, probe_ledger, same_key
@@ -226,13 +227,13 @@ def test_population_fixed_point_with_the_papers_K(key):
 def test_determinism_no_recompile_and_ex_post_ledger(key):
     beta, data, beta0 = _problem(n=900, d=20, s=3, seed=5)
     r1 = dp_em.fit_hd_dp_em(same_key(key), data, LITERAL, s_hat=3, beta0=beta0, epsilon=0.5)
-    before = compile_count(dp_em._run_jit)
+    before = compile_count(base._fit_run)
     r2 = dp_em.fit_hd_dp_em(same_key(key), data, LITERAL, s_hat=3, beta0=beta0, epsilon=0.5)
     np.testing.assert_array_equal(r1.trace, r2.trace)
     r3 = dp_em.fit_hd_dp_em(jax.random.fold_in(key, 1), data, LITERAL, s_hat=3, beta0=beta0,
                             epsilon=0.7, truncation=1.0, eta=0.3)
     assert not np.array_equal(r1.trace, r3.trace)
-    assert compile_count(dp_em._run_jit) == before
+    assert compile_count(base._fit_run) == before
     # The printed calibration: not DP a priori; the ex-post note reads the public iterates.
     led = r1.ledger
     assert not led.is_private and "not DP" in led.variant

@@ -404,13 +404,13 @@ def test_no_recompile_when_swept_values_change(key):
                       calibration="gaussian")
     dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, 9), data, LOGISTIC, s=2, epsilon=0.5,
                              num_iterations=5)
-    before = compile_count(dp_glm._run_jit)
+    before = compile_count(base._fit_run)
     for i, (eps, eta, R) in enumerate([(0.3, 0.5, 1.0), (0.9, 0.4, 2.0), (np.inf, 1.0, 1.5)]):
         dp_glm.fit_dp_glm(jax.random.fold_in(key, i + 1), data, LOGISTIC, epsilon=eps, eta=eta,
                           truncation=R, delta=1e-4, num_iterations=5, calibration="gaussian")
         dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, i + 11), data, LOGISTIC, s=2,
                                  epsilon=eps, eta=eta, truncation=R, num_iterations=5)
-    assert compile_count(dp_glm._run_jit) == before
+    assert compile_count(base._fit_run) == before
 
 
 def test_ledgers_report_the_delivered_guarantee():

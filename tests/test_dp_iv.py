@@ -364,8 +364,8 @@ def test_rho_inf_converges_to_2sls_and_linearmodels_iv2sls(key, p, q):
                                      gamma2=gamma)
             assert res.estimate.dtype == np.float64
             np.testing.assert_allclose(res.estimate, beta_ref, rtol=1e-10, atol=1e-12)
-            np.testing.assert_allclose(res.theta, theta_hat, rtol=1e-10, atol=1e-12)
-            assert res.clip_fraction.max() == 0.0
+            np.testing.assert_allclose(res.state.theta, theta_hat, rtol=1e-10, atol=1e-12)
+            assert res.trace[1].max() == 0.0
             assert not res.ledger.is_private
 
 
@@ -380,10 +380,11 @@ def test_first_beta_is_pure_noise_independent_of_the_data(key):
     kw = dict(rho1=1.0, rho2=1.0, eta=0.5, alpha=0.05, num_iterations=4, gamma1=5.0, gamma2=5.0)
     a = dp_iv.fit_dp_2s_gd(same_key(key), data, **kw)
     b = dp_iv.fit_dp_2s_gd(same_key(key), other, **kw)
-    np.testing.assert_array_equal(a.beta_trace[0], b.beta_trace[0])  # beta^(1) = -alpha nu^(0)
-    assert np.abs(a.beta_trace[0]).max() > 0
-    assert not np.allclose(a.theta_trace[0], b.theta_trace[0])  # Theta^(1) sees the data
-    assert not np.allclose(a.beta_trace[1], b.beta_trace[1])
+    # beta^(1) = -alpha nu^(0)
+    np.testing.assert_array_equal(a.trace[0].beta[0], b.trace[0].beta[0])
+    assert np.abs(a.trace[0].beta[0]).max() > 0
+    assert not np.allclose(a.trace[0].theta[0], b.trace[0].theta[0])  # Theta^(1) sees the data
+    assert not np.allclose(a.trace[0].beta[1], b.trace[0].beta[1])
 
 
 def test_determinism_under_a_fixed_key(key):
@@ -392,9 +393,9 @@ def test_determinism_under_a_fixed_key(key):
     r1 = dp_iv.fit_dp_2s_gd(same_key(key), data, **kw)
     r2 = dp_iv.fit_dp_2s_gd(same_key(key), data, **kw)
     r3 = dp_iv.fit_dp_2s_gd(jax.random.fold_in(key, 1), data, **kw)
-    np.testing.assert_array_equal(r1.beta_trace, r2.beta_trace)
-    np.testing.assert_array_equal(r1.theta_trace, r2.theta_trace)
-    assert not np.array_equal(r1.beta_trace, r3.beta_trace)
+    np.testing.assert_array_equal(r1.trace[0].beta, r2.trace[0].beta)
+    np.testing.assert_array_equal(r1.trace[0].theta, r2.trace[0].theta)
+    assert not np.array_equal(r1.trace[0].beta, r3.trace[0].beta)
 
 
 def test_no_recompile_when_budgets_steps_or_clipping_change(key):
@@ -402,12 +403,12 @@ def test_no_recompile_when_budgets_steps_or_clipping_change(key):
     kw = dict(num_iterations=4)
     dp_iv.fit_dp_2s_gd(jax.random.fold_in(key, 0), data, rho1=1.0, rho2=1.0, eta=0.5,
                        alpha=0.05, **kw)
-    before = compile_count(dp_iv._run_jit)
+    before = compile_count(base._fit_run)
     for i, (r1, r2, e, a, g) in enumerate([(0.1, 3.0, 0.4, 0.02, 2.0), (np.inf, 0.5, 0.9, 0.1, 9.0),
                                            (np.inf, np.inf, 0.3, 0.07, np.inf)]):
         dp_iv.fit_dp_2s_gd(jax.random.fold_in(key, i + 1), data, rho1=r1, rho2=r2, eta=e,
                            alpha=a, gamma1=g, gamma2=g, **kw)
-    assert compile_count(dp_iv._run_jit) == before
+    assert compile_count(base._fit_run) == before
     assert dp_iv.dp_2s_gd(4) is dp_iv.dp_2s_gd(4, "paper")  # cached builder
 
 

@@ -56,7 +56,7 @@ import numpy as np
 
 from dpjax import _validate
 from dpjax.accounting import ApproxDP, Ledger, Release
-from dpjax.base import Estimator, as_key, batch_size, run
+from dpjax.base import Estimator, FitResult, as_key, batch_size, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     gaussian_mechanism,
@@ -298,22 +298,6 @@ def _variant(model: Any) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-class FitResult(NamedTuple):
-    """The result of a single fit."""
-
-    estimate: np.ndarray  # (d,) the final iterate beta^{N0}
-    trace: np.ndarray  # (N0, d) the iterates beta^1 .. beta^{N0}
-    ledger: Ledger  # what was released and the guarantee delivered
-    hparams: DPEMHyperparams  # the hyperparameters used
-
-
-_run_jit = jax.jit(run, static_argnames=("estimator", "record"))
-
-
-def _record(state: DPEMState, info: DPEMInfo):
-    return state.beta, info.events
-
-
 def _fit(
     privatiser: Privatiser,
     key: Any,
@@ -365,23 +349,14 @@ def _fit(
             stacklevel=3,
         )
     hp = default_hparams(n, eps, delta, eta, truncation)
-    final, (iterates, events) = _run_jit(
-        estimator, key, data, estimator.init(beta0), jax.tree_util.tree_map(jnp.asarray, hp),
-        record=_record,
-    )
-    estimate = np.asarray(final.beta)
-    if not np.isfinite(estimate).all():
-        raise FloatingPointError(
-            "the estimate is not finite; check the data scale, eta and the truncation level"
-        )
-    iterates = np.asarray(iterates)
-    led = estimator.ledger(n, hp, events)
+    res = fit(estimator, key, data, beta0, hp, n=n)
     if privatiser in ("noisy-ht", "gaussian") and hasattr(model, "ex_post_notes"):
         # Facts computed from the public iterates beta^0 .. beta^{N0-1} (post-processing).
-        used = np.concatenate([np.asarray(beta0, np.float64)[None], iterates[:-1]], axis=0)
+        used = np.concatenate([np.asarray(beta0, np.float64)[None], res.trace[:-1]], axis=0)
         extra = model.ex_post_notes(used, float(truncation), float(eps), float(delta))
-        led = dataclasses.replace(led, notes=led.notes + tuple(extra))
-    return FitResult(estimate, iterates, led, hp)
+        res = res._replace(ledger=dataclasses.replace(res.ledger,
+                                                      notes=res.ledger.notes + tuple(extra)))
+    return res
 
 
 def fit_hd_dp_em(

@@ -88,7 +88,7 @@ from dpjax.accounting import (
     gaussian_mu_for_epsilon,
     zcdp_for_approx_dp,
 )
-from dpjax.base import Estimator, as_key, run
+from dpjax.base import Estimator, FitResult, as_key, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     gaussian_mechanism,
@@ -466,18 +466,6 @@ def _ledger_non_private(name: str, T: int, what: str, n: int, hparams: GLMHyperp
 # --------------------------------------------------------------------------------------------
 
 
-class FitResult(NamedTuple):
-    """The result of a single fit."""
-
-    estimate: np.ndarray  # (d,) the final iterate beta^T
-    trace: np.ndarray  # (T, d) the iterates beta^1 .. beta^T
-    ledger: Ledger  # what was released and the guarantee delivered
-    hparams: GLMHyperparams  # the hyperparameters used
-
-
-_run_jit = jax.jit(run, static_argnames=("estimator", "record"))
-
-
 def _prepare(key, data, model, epsilon, delta, eta, truncation, num_iterations, beta0,
              b_constant):
     from dpjax.models.glm import GLM
@@ -529,21 +517,8 @@ def _prepare(key, data, model, epsilon, delta, eta, truncation, num_iterations, 
     return key, data, n, d, T, float(eps), float(delta), truncation, beta0, b
 
 
-def _record(state: GLMState, info: GLMInfo):
-    return state.beta, info.events
-
-
 def _execute(estimator, key, data, beta0, hp, n) -> FitResult:
-    final, (iterates, events) = _run_jit(
-        estimator, key, data, estimator.init(beta0), jax.tree_util.tree_map(jnp.asarray, hp),
-        record=_record,
-    )
-    estimate = np.asarray(final.beta)
-    if not np.isfinite(estimate).all():
-        raise FloatingPointError(
-            "the estimate is not finite; check the data scale, eta and the truncation level"
-        )
-    return FitResult(estimate, np.asarray(iterates), estimator.ledger(n, hp, events), hp)
+    return fit(estimator, key, data, beta0, hp, n=n)
 
 
 def fit_dp_glm(

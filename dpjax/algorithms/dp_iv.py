@@ -68,7 +68,7 @@ import numpy as np
 
 from dpjax import _validate
 from dpjax.accounting import ZCDP, Ledger, Release
-from dpjax.base import Estimator, as_key, run
+from dpjax.base import Estimator, FitResult, as_key, fit
 from dpjax.mechanisms import PrivacyEvent, gaussian_mechanism_zcdp, no_privacy_event
 from dpjax.models import iv
 
@@ -423,24 +423,10 @@ def make_hparams(rho1: Any, rho2: Any, eta: Any, alpha: Any, gamma1: Any = math.
 # --------------------------------------------------------------------------------------------
 
 
-class FitResult(NamedTuple):
-    """The result of a single fit."""
-
-    estimate: np.ndarray  # (p,) beta^(T)
-    theta: np.ndarray  # (q, p) Theta^(T)
-    beta_trace: np.ndarray  # (T, p) beta^(1..T)
-    theta_trace: np.ndarray  # (T, q, p) Theta^(1..T)
-    clip_fraction: np.ndarray  # (T, 2) fraction of per-sample gradients clipped, per stage
-    ledger: Ledger  # what was released and the guarantee delivered
-    hparams: DPIVHyperparams  # the hyperparameters used
-
-
-_run_jit = jax.jit(run, static_argnames=("estimator", "record"))
-
-
 def _record(state: DPIVState, info: DPIVInfo):
-    # Module level (not a closure), so the jit cache sees the same static argument every call.
-    return state, jnp.stack([info.clip_frac1, info.clip_frac2]), info.events
+    """Per step: the iterates ``(Theta, beta)`` and the two stages' clipped fractions (a
+    module-level function, so the jit cache sees the same static argument every call)."""
+    return state, jnp.stack([info.clip_frac1, info.clip_frac2])
 
 
 def _check_gamma(gamma: Any, rho: Any, name: str, rho_name: str) -> np.ndarray:
@@ -511,20 +497,18 @@ def _fit(
     else:
         estimator = dp_2s_gd(T, calibration)
     hp = make_hparams(r1, r2, e, a, g1, g2, float(delta))
-    state0 = estimator.init((jnp.asarray(th0, dtype), jnp.asarray(b0, dtype)))
+    state0 = (jnp.asarray(th0, dtype), jnp.asarray(b0, dtype))
 
-    final, (trace, clip, events) = _run_jit(
-        estimator, key, data, state0, jax.tree_util.tree_map(jnp.asarray, hp), record=_record
-    )
-    estimate = np.asarray(final.beta)
-    if not np.isfinite(estimate).all() or not np.isfinite(np.asarray(final.theta)).all():
-        raise FloatingPointError(
-            "the iterates are not finite; the step sizes are too large for this data "
-            "(2S-GD needs eta < 2/lambda_max(Z^T Z/n) and alpha < 2/lambda_max(H))"
-        )
-    led = estimator.ledger(n, hp, events)
-    return FitResult(estimate, np.asarray(final.theta), np.asarray(trace.beta),
-                     np.asarray(trace.theta), np.asarray(clip), led, hp)
+    diverged = FloatingPointError(
+        "the iterates are not finite; the step sizes are too large for this data "
+        "(2S-GD needs eta < 2/lambda_max(Z^T Z/n) and alpha < 2/lambda_max(H))")
+    try:
+        res = fit(estimator, key, data, state0, hp, n=n, record=_record)
+    except FloatingPointError:
+        raise diverged from None
+    if not np.isfinite(res.state.theta).all():
+        raise diverged
+    return res
 
 
 def fit_dp_2s_gd(
