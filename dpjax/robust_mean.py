@@ -48,7 +48,7 @@ useless beyond; float64: ~1e-8 at ``|a| = 1000``, garbage at ``1e6``). :func:`ps
   ``a_sw = (M / c(beta))^(1/3)`` with ``c(beta) = 1/6 + 1/(2 beta) + 1/(6 beta^(3/2))`` and
   ``M = 4`` (so the largest term is at most ~4 and the float32 error is ~1e-7). For
   ``|a| < a_0 = sqrt(2 beta) / (sqrt(beta) + 10)`` both truncation points lie more than 10
-  standard deviations away and the tail correction (< 1e-21) is dropped exactly, which also
+  standard deviations away and the tail correction (< 1e-20) is dropped exactly, which also
   gives the guard at ``x = 0``: ``psi(x) = x - x^3 (1/(2 beta) + 1/6) / s^2``, ``psi'(0) = 1``.
 * ``|a| > a_sw``: the *saturated-tails* form. With ``Y = a + b xi ~ N(|a|, (|a|/sqrt beta)^2)``
   (take ``a > 0``; psi is odd) and ``r = 1/a = s/|x|``,
@@ -283,7 +283,9 @@ def psi(x: Any, s: Any, beta_smooth: Any) -> jax.Array:
     Special inputs: ``x = NaN`` gives ``0`` (documented choice: bounded, deterministic, and the
     score of the midpoint of the range, so a NaN record cannot break the sensitivity bound);
     ``x = +-inf`` gives ``+-psi_tail_limit(s, beta_smooth)``; ``s = inf`` gives ``psi(x) = x``
-    (no truncation).
+    (no truncation). Float32 denormals are flushed to zero by XLA on CPU, so they score 0 (their
+    exact score is the denormal itself); ``+-3.4e38`` scores the tail limit to float32
+    precision.
 
     Args:
         x: data, any shape.
