@@ -82,6 +82,23 @@ report the value actually used in :class:`SecureNoise` (``epsilon = Delta_1^Z / 
 ``rho = (Delta_2^Z)^2 / (2 sigma^2)`` exactly, see :meth:`SecureNoise.guarantee`). The
 neighbouring relation is the one under which the caller's ``sensitivity`` holds (replace-one
 throughout dpjax).
+
+Limitations
+-----------
+* Randomness is ``jax.random``'s (threefry by default), consumed as uniform 32-bit words. The
+  arithmetic is exact, but the guarantee also assumes the key is secret and unpredictable (seed
+  it from ``secrets`` / ``os.urandom``, never from a constant); ``jax.random`` is not a
+  certified cryptographic generator.
+* Not constant-time: the number of loop iterations depends on the noise drawn (never on the
+  statistic). An adversary who sees both the running time and the release learns more than the
+  release: keep the running time unobservable to the adversary.
+* All lanes of a call advance in lock step, so a call costs the *largest* number of steps over
+  its draws (about 30-50 for the discrete Laplace and 100-150 for the discrete Gaussian at
+  ``10^5`` draws, each step a few dozen integer operations per draw).
+* Parameter ranges: ``t`` in ``[2^-7, 2^20]``, ``sigma^2`` in ``[2^-10, 2^40]``, integer
+  sensitivities ``<= 2^24``, rounded queries clipped to ``|k| <= 2^30`` (grid units). The
+  calibrations raise a too-small parameter to the minimum (more noise); a too-large one is an
+  error: use a coarser grid.
 """
 
 from __future__ import annotations
@@ -573,11 +590,12 @@ def discrete_gaussian(key: jax.Array, shape: tuple[int, ...], sigma2: Any) -> ja
     r"""I.i.d. exact draws of the discrete Gaussian ``N_Z(0, sigma^2)``.
 
     ``P(X = x) = exp(-x^2 / (2 sigma^2)) / sum_{y in Z} exp(-y^2 / (2 sigma^2))``; mean 0,
-    variance slightly below ``sigma^2`` (CKS Cor. 9).
+    variance slightly below ``sigma^2`` (CKS 2020).
 
     Method: CKS 2020 Algorithm 3: propose ``Y ~ DLap(T)`` and accept with probability
     ``exp(-(|Y| - sigma^2/T)^2 / (2 sigma^2))``; here ``T`` is a power of two within a factor
-    ``sqrt 2`` of ``sigma`` (any ``T > 0`` is exact; this keeps the acceptance rate above 0.6),
+    ``sqrt 2`` of ``sigma`` (any ``T > 0`` is exact; the acceptance rate is then above 0.6 for
+    ``sigma^2 >= 1`` and above 0.37 everywhere),
     and the acceptance exponent is evaluated as ``kappa x^2`` with 32-bit integers only (see
     ``_gaussian_params``).
 
