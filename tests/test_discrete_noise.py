@@ -140,6 +140,27 @@ def test_draws_are_symmetric_integers(kind, param):
     assert symmetric_p(x + (x > 0)) < FAIL_P
 
 
+def test_truncation_to_32_bits_is_exact_conditioning(key):
+    # The samplers cap the block count so that |X| <= X_T; exceeding it restarts the draw. With
+    # an artificially small cap the output must be the law conditioned on |X| <= X_T exactly.
+    n = 20_000
+    k1, k2 = jax.random.split(key)
+    p, q = dn._laplace_pq(jnp.float32(3.0))  # t = 3: blocks of L = 3
+    prop = dn._proposal(p, q, jnp.int32(5))  # a_max = 1: |X| <= 2 L - 1 = 5
+    x = np.asarray(jax.jit(lambda k: dn._run(k, (n,), prop, None))(k1))
+    trunc = _pmf("laplace", 3.0) * (np.abs(WIDE) <= 5)
+    assert np.abs(x).max() == 5
+    assert _chi2_pvalue(x, trunc / trunc.sum()) > PASS_P
+    assert _chi2_pvalue(x, _pmf("laplace", 3.0)) < FAIL_P  # the cap is visible at this size
+    prop, acc = dn._gaussian_params(jnp.float32(4.0))  # proposal DLap(2): blocks of L = 2
+    prop = prop._replace(a_max=jnp.int32(2))  # |Y| <= 3 L - 1 = 5
+    x = np.asarray(jax.jit(lambda k: dn._run(k, (n,), prop, acc))(k2))
+    trunc = _pmf("gaussian", 4.0) * (np.abs(WIDE) <= 5)
+    assert np.abs(x).max() == 5
+    assert _chi2_pvalue(x, trunc / trunc.sum()) > PASS_P
+    assert _chi2_pvalue(x, _pmf("gaussian", 4.0)) < FAIL_P
+
+
 def test_extreme_parameters():
     keys = jax.random.split(jax.random.key(5), 4 * N_KEYS).reshape(4, N_KEYS)
     lap, gau = _vmapped("laplace"), _vmapped("gaussian")
