@@ -161,6 +161,46 @@ def test_truncation_to_32_bits_is_exact_conditioning(key):
     assert _chi2_pvalue(x, _pmf("gaussian", 4.0)) < FAIL_P
 
 
+def test_integer_parameters_are_exact_and_fit_in_32_bits():
+    # sigma^2 and t over the whole supported range (log-uniform, the ends, just below powers of 2)
+    rng = np.random.default_rng(1)
+    s2 = np.concatenate([
+        2.0 ** rng.uniform(-10, 40, 300),
+        [dn.SIGMA2_MIN, dn.SIGMA2_MAX, 0.7, 4.0, 30.0],
+        np.nextafter(np.float32(2.0) ** np.arange(-9, 41), np.float32(0)),
+    ]).astype(np.float32)
+    used = np.asarray(jax.vmap(dn.gaussian_sigma2_used)(s2), np.float64)
+    prop, acc = jax.tree.map(np.asarray, jax.jit(jax.vmap(dn._gaussian_params))(s2))
+    for i in range(s2.size):
+        sigma2 = Fraction(float(used[i]))
+        assert Fraction(float(s2[i])) <= sigma2 <= Fraction(float(s2[i])) * (1 + Fraction(1, 2**19))
+        p, q, block = int(prop.p[i]), int(prop.q[i]), int(prop.block[i])
+        t_prop = Fraction(p, q)
+        assert 0.5 * float(sigma2) < float(t_prop) ** 2 <= 2 * float(sigma2)  # T within sqrt 2
+        shift, mu, h = int(acc.shift[i]), int(acc.mu[i]), int(acc.h[i])
+        kappa = Fraction(int(acc.kappa_num[i]), int(acc.kappa_den[i]))
+        assert Fraction(1, 4) < kappa <= 1 and int(acc.kappa_den[i]) <= 2**21 and h <= 21
+        assert Fraction(mu, 2**shift) == sigma2 / t_prop  # mu = sigma^2 / T exactly
+        x_t = (int(prop.a_max[i]) + 1) * block - 1  # the largest |Y| the cap allows
+        assert x_t * 2**shift <= 2**31 - 1 and mu < 2**31
+        assert x_t >= 1000 * math.sqrt(float(sigma2))
+        for y in {0, 1, mu >> shift, (mu >> shift) + 1, x_t}:
+            dist = abs(y * 2**shift - mu)  # P, in 31 bits
+            n_rep = max(1, -(-dist // 2**h))
+            assert dist < 2**31 and n_rep * 2**h < 2**32
+            # gamma = kappa x^2 with x = P / 2^h is the CKS acceptance exponent, exactly
+            assert kappa * Fraction(dist, 2**h) ** 2 == (y - sigma2 / t_prop) ** 2 / (2 * sigma2)
+    t = np.concatenate([2.0 ** rng.uniform(-7, 20, 300), [dn.T_MIN, dn.T_MAX, 0.5, 7.0]])
+    t = t.astype(np.float32)
+    p, q = (np.asarray(v, np.int64) for v in jax.vmap(dn._laplace_pq)(t))
+    prop = jax.tree.map(np.asarray, jax.vmap(dn._proposal, (0, 0, None))(p, q, 2**30 - 1))
+    for i in range(t.size):
+        assert Fraction(int(p[i]), int(q[i])) == Fraction(float(t[i]))  # t used exactly
+        block = int(prop.block[i])
+        assert block * q[i] <= max(p[i], q[i]) <= 2**30 and (block - 1) * q[i] < p[i]
+        assert (int(prop.a_max[i]) + 1) * block - 1 >= 2**30 - 2**20
+
+
 def test_extreme_parameters():
     keys = jax.random.split(jax.random.key(5), 4 * N_KEYS).reshape(4, N_KEYS)
     lap, gau = _vmapped("laplace"), _vmapped("gaussian")
