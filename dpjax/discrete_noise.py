@@ -1,0 +1,897 @@
+r"""Floating-point-safe noise: exact discrete Laplace / discrete Gaussian samplers and
+mechanisms that release a statistic on a public grid.
+
+Why. A textbook mechanism ``x + b * laplace()`` computed in floating point leaks through the
+low-order bits of its output: the set of floats it can return depends on ``x`` (Mironov 2012,
+"On significance of the least significant bits for differential privacy"). The remedy used here
+(Canonne, Kamath & Steinke 2020, "The Discrete Gaussian for Differential Privacy", CKS below)
+is to make the noisy value an *integer* computed exactly: round the statistic to a public grid
+``{k * grid}``, add exactly sampled integer noise, and scale back. The float output is then a
+deterministic function of the exact integer release (post-processing), whatever its rounding.
+
+Samplers (pure JAX, jittable, vmappable, explicit key as the first argument, integer and bit
+operations only; loops are ``lax.while_loop``\ s that terminate with probability one and whose
+number of iterations has geometric tails):
+
+* :func:`discrete_laplace`: ``P(X = x) ∝ exp(-|x| / t)`` on the integers.
+* :func:`discrete_gaussian`: ``P(X = x) ∝ exp(-x^2 / (2 sigma^2))`` on the integers
+  (``N_Z(0, sigma^2)``), by rejection from a discrete Laplace (CKS Algorithm 3).
+
+Both are built from one primitive, ``Bernoulli(exp(-gamma))`` for a rational ``gamma`` (CKS
+Algorithm 1: for ``gamma`` in ``[0, 1]``, count ``K`` while ``Bernoulli(gamma / K)`` succeeds and
+return ``[K odd]``; for ``gamma > 1`` multiply ``floor(gamma)`` draws of
+``Bernoulli(exp(-1))``), where every ``Bernoulli(a / d)`` is ``[U < a]`` for a uniform integer
+``U`` on ``{0, ..., d-1}`` obtained from 32 random bits by rejection (exactly uniform).
+
+What is exact and what is not
+-----------------------------
+* Noise parameters are dyadic rationals, used exactly:
+
+  - ``t``: the float32 value of ``t``. Every float32 in ``[T_MIN, T_MAX] = [2^-7, 2^20]`` is
+    ``p / 2^j`` with integers ``p < 2^24``, ``j <= 30``; the sampler uses exactly that ``p/q``.
+  - ``sigma^2``: the float32 value of ``sigma2`` rounded *up* to 20 significant bits
+    (``n * 2^-e`` with ``2^19 <= n <= 2^20``; relative increase below ``2^-19``; exact whenever
+    ``sigma2`` has at most 20 significant bits, e.g. 4, 30, 0.5). :func:`gaussian_sigma2_used`
+    returns the value sampled, ``sigma2`` in ``[SIGMA2_MIN, SIGMA2_MAX] = [2^-10, 2^40]``.
+
+* The samplers are exact for the distribution *conditioned on* ``|X| <= X_T``, which keeps
+  every intermediate inside 32 bits (the block count is capped; exceeding it restarts the
+  draw): ``X_T >= 2^30 - 2^20`` for the discrete Laplace (``t <= 2^20``), and ``X_T >= 1000
+  sigma`` for the discrete Gaussian (``X_T >= min(2^30, 2^11 sigma) - 2 sigma``; the proposal
+  is compared with ``sigma^2 / T`` in units of ``2^-f``, ``f <= 24``, and ``|Y| 2^f`` must fit in
+  31 bits). The mass removed is below ``2 exp(-1023) < 1e-443`` (Laplace) and
+  ``exp(-4 10^5)`` (Gaussian): this total variation distance to the untruncated law is the
+  only inexactness. In the mechanisms it is an additive ``delta`` next to the pure DP / zCDP
+  guarantee: ``delta <= P(|Z| > X_T - Delta)``, below ``1e-437`` for the Laplace mechanism
+  (``Delta_1^Z <= 2^24``) and below ``exp(-10^5)`` for the Gaussian one when ``rho <= 10^5``
+  (``Delta_2^Z <= 500 sigma``).
+* Outside the supported ranges a concrete (host) parameter raises ``ValueError``; a traced one
+  cannot raise, so the draw is the sentinel ``SENTINEL = -2^31`` (never a valid sample, since
+  ``|X| < 2^30``) and the mechanisms return NaN (fail closed).
+
+Mechanisms on a grid
+--------------------
+``grid`` must be a power of two (``2^k``, ``-64 <= k <= 64``), so that ``x / grid`` is exact in
+floating point. The statistic ``x`` (any shape, ``d`` entries) is mapped to the integer vector
+``k = round_half_up(x / grid) = floor(x / grid + 1/2)`` (computed exactly, see :func:`to_grid`),
+clipped to ``[-2^30, 2^30]`` (a 1-Lipschitz map that cannot increase a sensitivity). For
+replace-one neighbours ``x ~ x'`` with ``s_i = |x_i - x'_i| / grid``, monotonicity of
+``floor(u + 1/2)`` gives ``|k_i - k'_i| <= ceil(s_i)`` per coordinate (and ``0 <= ceil(s_i) - s_i
+< 1``, i.e. rounding adds less than one grid step per coordinate in l-infinity). Hence, with
+``S_1 = Delta_1 / grid`` and ``S_2 = Delta_2 / grid``:
+
+* l1: ``||k - k'||_1 <= Delta_1^Z := ceil(S_1) + d - 1`` (tight: ``sum ceil(s_i) < S_1 + d``
+  and is an integer; attained with one coordinate moving ``S_1 - (d-1) eta`` and the others
+  ``eta`` across half-points).
+* l2: ``||k - k'||_2 <= ||s||_2 + ||ceil(s) - s||_2 <= S_2 + sqrt(d)``, so the integer
+  ``||k - k'||_2^2 <= (Delta_2^Z)^2 := floor((S_2 + sqrt(d))^2)`` (``ceil(S_2)^2`` when
+  ``d = 1``).
+
+Calibration (the only place where a budget becomes a noise parameter):
+
+* :func:`discrete_laplace_calibration`: ``t = Delta_1^Z / epsilon``. Adding i.i.d.
+  ``DLap(t)`` noise to an integer query of l1 sensitivity ``Delta_1^Z`` is
+  ``(Delta_1^Z / t)``-DP, since ``P(k + Z = y) / P(k' + Z = y) = exp((|y - k'|_1 - |y - k|_1) /
+  t) <= exp(||k - k'||_1 / t)``.
+* :func:`discrete_gaussian_calibration`: ``sigma^2 = (Delta_2^Z)^2 / (2 rho)``. Adding i.i.d.
+  ``N_Z(0, sigma^2)`` noise to an integer query of l2 sensitivity ``Delta_2^Z`` is
+  ``(Delta_2^Z)^2 / (2 sigma^2)``-zCDP (CKS Theorem 4; Theorem 14 for vectors).
+
+Both round the parameter *up* (more noise), so the guarantee is never weaker than requested, and
+report the value actually used in :class:`SecureNoise` (``epsilon = Delta_1^Z / t`` and
+``rho = (Delta_2^Z)^2 / (2 sigma^2)`` exactly, see :meth:`SecureNoise.guarantee`). The
+neighbouring relation is the one under which the caller's ``sensitivity`` holds (replace-one
+throughout dpjax).
+
+Limitations
+-----------
+* Randomness is ``jax.random``'s (threefry by default), consumed as uniform 32-bit words. The
+  arithmetic is exact, but the guarantee also assumes the key is secret and unpredictable (seed
+  it from ``secrets`` / ``os.urandom``, never from a constant); ``jax.random`` is not a
+  certified cryptographic generator.
+* Not constant-time: the number of loop iterations depends on the noise drawn (never on the
+  statistic). An adversary who sees both the running time and the release learns more than the
+  release: keep the running time unobservable to the adversary.
+* All lanes of a call advance in lock step, so a call costs the *largest* number of steps over
+  its draws (about 30-50 for the discrete Laplace and 100-150 for the discrete Gaussian at
+  ``10^5`` draws, each step a few dozen integer operations per draw).
+* Parameter ranges: ``t`` in ``[2^-7, 2^20]``, ``sigma^2`` in ``[2^-10, 2^40]``, integer
+  sensitivities ``<= 2^24``, rounded queries clipped to ``|k| <= 2^30`` (grid units). The
+  calibrations raise a too-small parameter to the minimum (more noise); a too-large one is an
+  error: use a coarser grid.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from dpjax._validate import check_epsilon, check_positive, check_rho
+
+__all__ = [
+    "SENTINEL",
+    "SIGMA2_MAX",
+    "SIGMA2_MIN",
+    "T_MAX",
+    "T_MIN",
+    "SecureNoise",
+    "discrete_gaussian",
+    "discrete_gaussian_calibration",
+    "discrete_laplace",
+    "discrete_laplace_calibration",
+    "gaussian_sigma2_used",
+    "integer_sensitivity_l1",
+    "integer_sensitivity_l2_sq",
+    "secure_gaussian_mechanism",
+    "secure_laplace_mechanism",
+    "to_grid",
+]
+
+T_MIN: float = 2.0**-7
+T_MAX: float = 2.0**20
+SIGMA2_MIN: float = 2.0**-10
+SIGMA2_MAX: float = 2.0**40
+SENTINEL: int = -(2**31)
+
+_SIGMA2_BITS = 20  # significant bits kept in sigma^2 (rounded up)
+_X_MAX = 2**30 - 1  # |sample| bound (conditioning), so that |k + X| < 2^31
+_K_MAX = 2.0**30  # |rounded query| bound
+_SENS_MAX = 2**24  # integer sensitivities are exact in float32 up to here
+_GRID_EXP = 64  # grid = 2^k with |k| <= 64
+
+_PH_DRAW, _PH_B, _PH_L, _PH_ACCEPT, _PH_DONE = 0, 1, 2, 3, 4
+
+
+# --------------------------------------------------------------------------------------------
+# Exact arithmetic helpers (uint32 / int32 / exact float32 scalings)
+# --------------------------------------------------------------------------------------------
+
+
+def _pow2(e: jax.Array) -> jax.Array:
+    """``2.0 ** e`` as float32, exact, for int32 ``e`` in ``[-126, 127]`` (built from its bits)."""
+    return lax.bitcast_convert_type(
+        jnp.left_shift(jnp.asarray(e, jnp.int32) + 127, 23), jnp.float32
+    )
+
+
+def _floor_log2(x: jax.Array) -> jax.Array:
+    """``floor(log2(x))`` for positive normal float32 ``x``, exactly (from the exponent)."""
+    _, exponent = jnp.frexp(x)
+    return exponent - 1
+
+
+def _uniform(word: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """A uniform integer on ``{0, ..., m-1}`` from a uniform 32-bit ``word``, by rejection.
+
+    ``ok`` is false on the ``2^32 mod m`` lowest words; conditional on ``ok`` the value
+    ``word mod m`` is exactly uniform (the accepted words are ``m * floor(2^32 / m)`` in number).
+    Rejected steps are simply retried with fresh words.
+    """
+    m = jnp.maximum(m, jnp.uint32(1))
+    threshold = (jnp.uint32(0) - m) % m  # 2^32 mod m in uint32 arithmetic
+    return word % m, word >= threshold
+
+
+class _Proposal(NamedTuple):
+    """Integer parameters of the discrete Laplace ``DLap(p/q)`` sampler (all 0-d)."""
+
+    p: jax.Array  # uint32, scale numerator
+    q: jax.Array  # uint32, scale denominator
+    block: jax.Array  # uint32, L = max(1, floor(p/q))
+    units: jax.Array  # int32, floor(L q / p): draws of Bernoulli(exp(-1)) in exp(-L/t)
+    rem: jax.Array  # uint32, (L q) mod p: the fractional part of L/t is rem / p
+    a_max: jax.Array  # int32, largest block count A with A L + L - 1 <= X_max
+
+
+class _Accept(NamedTuple):
+    """Integer parameters of the discrete Gaussian acceptance test (all 0-d)."""
+
+    shift: jax.Array  # uint32 f': the proposal Y is compared with mu in units of 2^-f'
+    mu: jax.Array  # uint32 M = mu 2^f'
+    h: jax.Array  # uint32: x = P / 2^h
+    kappa_num: jax.Array  # uint32 2^w
+    kappa_den: jax.Array  # uint32 2 n
+
+
+def _proposal(p: jax.Array, q: jax.Array, x_max: jax.Array) -> _Proposal:
+    p = jnp.asarray(p, jnp.int32)
+    q = jnp.asarray(q, jnp.int32)
+    block = jnp.maximum(jnp.int32(1), p // q)
+    lq = block * q  # <= max(p, q) <= 2^30
+    a_max = (jnp.asarray(x_max, jnp.int32) - (block - 1)) // block
+    return _Proposal(
+        p.astype(jnp.uint32),
+        q.astype(jnp.uint32),
+        block.astype(jnp.uint32),
+        lq // p,
+        (lq % p).astype(jnp.uint32),
+        a_max,
+    )
+
+
+def _laplace_pq(t: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``t = p / 2^j`` exactly, for float32 ``t`` in ``[2^-7, 2^20]`` (``2^23 <= p < 2^24``)."""
+    j = 23 - _floor_log2(t)  # in [3, 30]
+    p = jnp.ceil(t * _pow2(j)).astype(jnp.int32)  # t 2^j is an integer: the ceil is exact
+    return p, jnp.left_shift(jnp.int32(1), j)
+
+
+def _round_sigma2(sigma2: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Round float32 ``sigma2 > 0`` up to ``n 2^-e`` with ``2^19 <= n <= 2^20``; exact."""
+    e = (_SIGMA2_BITS - 1) - _floor_log2(sigma2)
+    n = jnp.ceil(sigma2 * _pow2(e))
+    return n * _pow2(-e), n.astype(jnp.int32), e
+
+
+def _gaussian_params(sigma2: jax.Array) -> tuple[_Proposal, _Accept]:
+    r"""Parameters of CKS Algorithm 3 for float32 ``sigma2``, used as ``sigma^2 = n 2^-e``.
+
+    Proposal ``DLap(T)`` with ``T = 2^a``, ``a = floor((lg + 1) / 2)``, ``lg = floor(log2
+    sigma^2)``, so ``T / sigma`` lies in ``(1/sqrt 2, sqrt 2]``. Then ``mu = sigma^2 / T =
+    n 2^-(e+a)``, and with ``f = e + a``, ``f' = max(f, 0)``, ``M = mu 2^f'`` (an integer) and
+    ``P = | |Y| 2^f' - M |``, the acceptance exponent is
+
+        gamma = (|Y| - mu)^2 / (2 sigma^2) = kappa x^2,   x = P / 2^h,   kappa = 2^w / (2 n),
+
+    with ``w = 2h + e - 2f'`` chosen in ``{floor(log2 2n) - 1, floor(log2 2n)}`` by parity, so
+    ``kappa`` lies in ``(1/4, 1]``.
+    """
+    _, n, e = _round_sigma2(sigma2)
+    lg = _floor_log2(sigma2)
+    a = jnp.floor_divide(lg + 1, 2)
+    p = jnp.where(a >= 0, jnp.left_shift(jnp.int32(1), jnp.maximum(a, 0)), 1)
+    q = jnp.where(a >= 0, 1, jnp.left_shift(jnp.int32(1), jnp.maximum(-a, 0)))
+    f = e + a
+    shift = jnp.maximum(f, 0)
+    mu = jnp.left_shift(n, shift - f)
+    log2_2n = jnp.where(n >= 2**_SIGMA2_BITS, _SIGMA2_BITS + 1, _SIGMA2_BITS)
+    w = log2_2n - jnp.bitwise_and(log2_2n - e, 1)
+    h = (w - e + 2 * shift) // 2
+    x_max = jnp.minimum(jnp.int32(_X_MAX), jnp.right_shift(jnp.int32(2**31 - 1), shift))
+    u32 = lambda v: jnp.asarray(v).astype(jnp.uint32)
+    accept = _Accept(
+        u32(shift), u32(mu), u32(h), u32(jnp.left_shift(jnp.int32(1), w)), u32(2 * n)
+    )
+    return _proposal(p, q, x_max), accept
+
+
+# --------------------------------------------------------------------------------------------
+# The sampler: one lock-step state machine over all lanes
+# --------------------------------------------------------------------------------------------
+
+
+class _State(NamedTuple):
+    key: jax.Array
+    phase: jax.Array  # int32
+    b: jax.Array  # uint32: offset in the block
+    sign: jax.Array  # uint32: 1 = negative
+    count: jax.Array  # int32: A, the number of whole blocks
+    k: jax.Array  # uint32: CKS Algorithm 1 counter K
+    units: jax.Array  # int32: Bernoulli(exp(-1)) factors still to draw in this job
+    i: jax.Array  # uint32: repetition counters (N^2 factors in the acceptance test)
+    j: jax.Array  # uint32
+    n_rep: jax.Array  # uint32: N
+    dist: jax.Array  # uint32: P, the scaled distance | |Y| - mu |
+    y: jax.Array  # int32: the proposal
+    out: jax.Array  # int32
+
+
+def _step(prop: _Proposal, acc: _Accept | None, c: _State, words: jax.Array) -> _State:
+    """One random step for every lane (``words``: 2 uniform 32-bit words per lane, 4 for the
+    Gaussian).
+
+    Phases: ``DRAW`` draws ``B ~ U{0..L-1}`` and a sign from one word (``U{0..2L-1}``) and runs
+    the first step of ``Bernoulli(exp(-B/t))``; ``B`` finishes it (accept ``B``, else redraw);
+    ``L`` counts the successes ``A`` of ``Bernoulli(exp(-L/t))``; then ``G = A L + B`` has
+    ``P(G = g) ∝ exp(-g/t)`` and the signed value (``-0`` rejected) is ``DLap(t)`` (CKS
+    Algorithm 2 with blocks of length ``L``). For the Gaussian, ``ACCEPT`` runs
+    ``Bernoulli(exp(-kappa x^2))`` as ``N^2`` factors ``Bernoulli(exp(-kappa (x/N)^2))``,
+    ``N = max(1, ceil(x))``, and restarts on failure.
+
+    A "job" is a product of ``Bernoulli(exp(-gamma))`` factors ("trials"): first ``units``
+    trials with ``gamma = 1``, then ``N^2`` "main" trials, each by CKS Algorithm 1, whose step
+    at counter ``K`` succeeds with probability ``(a0/d0) (1/K) [(a2/d2) (a3/d3)]``. A retry
+    (some word in its rejection zone) leaves the lane unchanged.
+    """
+    u32 = jnp.uint32
+    ph = c.phase
+    is_draw, is_b, is_l = ph == _PH_DRAW, ph == _PH_B, ph == _PH_L
+    is_acc = ph == _PH_ACCEPT
+    in_job = is_b | is_l | is_acc
+    unit = in_job & (c.units > 0)
+    one = jnp.ones_like(c.k)
+
+    denom = jnp.left_shift(c.n_rep, acc.h) if acc is not None else one  # N 2^h
+    a0 = jnp.where(unit, one, jnp.where(is_b, c.b * prop.q, jnp.where(is_l, prop.rem, c.dist)))
+    d0 = jnp.where(is_draw, 2 * prop.block, jnp.where(is_acc, denom, prop.p))
+    d0 = jnp.where(unit, one, d0)
+    d1 = jnp.where(is_draw, prop.p, jnp.where(in_job, c.k, one))
+    u0, ok = _uniform(words[0], d0)
+    u1, ok1 = _uniform(words[1], d1)
+    ok = ok & ok1
+    success = (u0 < a0) & (u1 == 0)
+    if acc is not None:
+        main_acc = is_acc & ~unit
+        u2, ok2 = _uniform(words[2], jnp.where(main_acc, denom, one))
+        u3, ok3 = _uniform(words[3], jnp.where(main_acc, acc.kappa_den, one))
+        ok = ok & ok2 & ok3
+        success = success & (u2 < jnp.where(main_acc, c.dist, one))
+        success = success & (u3 < jnp.where(main_acc, acc.kappa_num, one))
+
+    # DRAW: B and the sign from one uniform on {0..2L-1}; first Algorithm-1 step for exp(-B/t).
+    start = is_draw & ok
+    b_new = u0 % prop.block
+    sign_new = u0 // prop.block
+    first_step = u1 < b_new * prop.q  # Bernoulli(B q / p)
+
+    # CKS Algorithm 1 bookkeeping for the lanes in a job.
+    live = in_job & ok
+    stop = live & ~success
+    odd = jnp.bitwise_and(c.k, 1) == 1
+    passed = stop & odd
+    job_fail = stop & ~odd
+    unit_pass = passed & unit
+    units = jnp.where(unit_pass, c.units - 1, c.units)
+    main = passed & ~unit
+    j1 = c.j + 1
+    wrap = j1 == c.n_rep
+    job_ok = (main & wrap & (c.i + 1 == c.n_rep)) | (
+        unit_pass & (units == 0) & is_l & (prop.rem == 0)  # no fractional part left
+    )
+    k_after_stop = jnp.where(unit_pass & (units > 0), u32(2), one)  # K=1 is sure for gamma=1
+    k = jnp.where(live & success, c.k + 1, jnp.where(stop, k_after_stop, c.k))
+    j = jnp.where(main, jnp.where(wrap, 0, j1), c.j)
+    i = jnp.where(main & wrap, c.i + 1, c.i)
+
+    # Transitions.
+    to_b = start & first_step
+    b_ok = (is_b & job_ok) | (start & ~first_step)
+    b_fail = is_b & job_fail
+    l_ok, l_fail = is_l & job_ok, is_l & job_fail
+    a_next = c.count + 1
+    truncated = l_ok & (a_next > prop.a_max)
+    l_again = l_ok & ~truncated
+    g = c.count * prop.block.astype(jnp.int32) + c.b.astype(jnp.int32)
+    negative = c.sign == 1
+    minus_zero = l_fail & negative & (g == 0)
+    y_new = jnp.where(negative, -g, g)
+    proposed = l_fail & ~minus_zero
+    if acc is not None:
+        abs_y = jnp.abs(y_new).astype(u32)
+        scaled = jnp.left_shift(abs_y, acc.shift)
+        dist_new = jnp.where(scaled >= acc.mu, scaled - acc.mu, acc.mu - scaled)
+        half = jnp.left_shift(u32(1), acc.h) - 1
+        n_new = jnp.maximum(one, jnp.right_shift(dist_new + half, acc.h))
+        to_acc = proposed & (dist_new > 0)
+        accepted = (is_acc & job_ok) | (proposed & (dist_new == 0))  # gamma = 0: accept
+        finish = accepted
+        restart = b_fail | truncated | minus_zero | (is_acc & job_fail)
+        out = jnp.where(is_acc & job_ok, c.y, jnp.where(accepted, y_new, c.out))
+    else:
+        dist_new, n_new = c.dist, c.n_rep
+        to_acc = jnp.zeros_like(start)
+        finish = proposed
+        restart = b_fail | truncated | minus_zero
+        out = jnp.where(finish, y_new, c.out)
+
+    to_l = b_ok | l_again
+    phase = jnp.where(to_b, _PH_B, ph)
+    phase = jnp.where(to_l, _PH_L, phase)
+    phase = jnp.where(restart, _PH_DRAW, phase)
+    phase = jnp.where(to_acc, _PH_ACCEPT, phase)
+    phase = jnp.where(finish, _PH_DONE, phase)
+    entering = to_b | to_l | restart | to_acc | finish
+    k_enter = jnp.where(to_b | (to_l & (prop.units > 0)), u32(2), one)
+    return _State(
+        key=c.key,
+        phase=phase,
+        b=jnp.where(start, b_new, c.b),
+        sign=jnp.where(start, sign_new, c.sign),
+        count=jnp.where(b_ok | restart, 0, jnp.where(l_again, a_next, c.count)),
+        k=jnp.where(entering, k_enter, k),
+        units=jnp.where(to_l, prop.units, jnp.where(entering, 0, units)),
+        i=jnp.where(entering, 0, i),
+        j=jnp.where(entering, 0, j),
+        n_rep=jnp.where(to_acc, n_new, jnp.where(entering, one, c.n_rep)),
+        dist=jnp.where(to_acc, dist_new, c.dist),
+        y=jnp.where(proposed, y_new, c.y),
+        out=out,
+    )
+
+
+def _run(key: jax.Array, shape: tuple[int, ...], prop: _Proposal, acc: _Accept | None):
+    zeros_u = jnp.zeros(shape, jnp.uint32)
+    zeros_i = jnp.zeros(shape, jnp.int32)
+    init = _State(
+        key=key,
+        phase=jnp.full(shape, _PH_DRAW, jnp.int32),
+        b=zeros_u,
+        sign=zeros_u,
+        count=zeros_i,
+        k=zeros_u + 1,
+        units=zeros_i,
+        i=zeros_u,
+        j=zeros_u,
+        n_rep=zeros_u + 1,
+        dist=zeros_u,
+        y=zeros_i,
+        out=zeros_i,
+    )
+
+    def body(c: _State) -> _State:
+        key, sub = jax.random.split(c.key)
+        words = jax.random.bits(sub, (2 if acc is None else 4, *shape), jnp.uint32)
+        return _step(prop, acc, c._replace(key=key), words)
+
+    def cond(c: _State) -> jax.Array:
+        return jnp.any(c.phase != _PH_DONE)
+
+    return lax.while_loop(cond, body, init).out
+
+
+def _laplace_core(key: jax.Array, shape: tuple[int, ...], t: jax.Array) -> jax.Array:
+    valid = (t >= T_MIN) & (t <= T_MAX)  # False for NaN
+    p, q = _laplace_pq(jnp.where(valid, t, jnp.float32(1.0)))
+    out = _run(key, shape, _proposal(p, q, jnp.int32(_X_MAX)), None)
+    return jnp.where(valid, out, jnp.int32(SENTINEL))
+
+
+def _gaussian_core(key: jax.Array, shape: tuple[int, ...], sigma2: jax.Array) -> jax.Array:
+    valid = (sigma2 >= SIGMA2_MIN) & (sigma2 <= SIGMA2_MAX)
+    prop, acc = _gaussian_params(jnp.where(valid, sigma2, jnp.float32(1.0)))
+    out = _run(key, shape, prop, acc)
+    return jnp.where(valid, out, jnp.int32(SENTINEL))
+
+
+_laplace_jit = jax.jit(_laplace_core, static_argnums=1)
+_gaussian_jit = jax.jit(_gaussian_core, static_argnums=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Host-side validation
+# --------------------------------------------------------------------------------------------
+
+
+def _concrete(x: Any) -> np.ndarray | None:
+    """The value of ``x`` if it is known on the host, ``None`` if it is traced."""
+    try:
+        return np.asarray(x)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+
+
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError as exc:
+        raise TypeError(f"shape must be a tuple of non-negative integers; got {shape!r}") from exc
+    if any(s < 0 for s in shape):
+        raise ValueError(f"shape must be a tuple of non-negative integers; got {shape}")
+    return shape
+
+
+def _scalar_f32(x: Any, name: str) -> jax.Array:
+    arr = jnp.asarray(x)
+    if arr.ndim != 0:
+        raise ValueError(f"{name} must be a scalar; got shape {arr.shape}")
+    if not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)):
+        raise TypeError(f"{name} must be a real number; got dtype {arr.dtype}")
+    return arr.astype(jnp.float32)
+
+
+def _check_range(value: Any, name: str, low: float, high: float, what: str) -> None:
+    host = _concrete(value)
+    if host is None:
+        return
+    if host.ndim != 0:
+        raise ValueError(f"{name} must be a scalar; got shape {host.shape}")
+    v = float(np.float32(host))
+    if not (low <= v <= high):
+        raise ValueError(
+            f"{name} must lie in [{low:g}, {high:g}] (= [2^{math.log2(low):g}, "
+            f"2^{math.log2(high):g}]) {what}; got {v:g}"
+        )
+
+
+def _host_scalar(x: Any, name: str) -> float:
+    host = _concrete(x)
+    if host is None:
+        raise TypeError(
+            f"{name} must be a concrete number known on the host (a Python or NumPy scalar): it "
+            "sets the integer sensitivity exactly; got a traced value"
+        )
+    if host.ndim != 0:
+        raise ValueError(f"{name} must be a scalar; got shape {host.shape}")
+    return float(check_positive(host, name))
+
+
+def _check_grid(grid: Any) -> float:
+    g = _host_scalar(grid, "grid")
+    mantissa, exponent = math.frexp(g)
+    if mantissa != 0.5 or abs(exponent - 1) > _GRID_EXP:
+        raise ValueError(
+            f"grid must be a power of two 2^k with |k| <= {_GRID_EXP} (so that value / grid is "
+            f"exact in floating point), e.g. 2**-8 = 0.00390625; got {g!r}"
+        )
+    return g
+
+
+def _f32_down(x: float) -> np.float32:
+    """The largest float32 <= x (so a budget converted to float32 never grows)."""
+    f = np.float32(x)
+    if float(f) > x:
+        f = np.nextafter(f, np.float32(-np.inf))
+    return f
+
+
+def _budget(value: Any, name: str) -> jax.Array:
+    """A budget as a float32 0-d array: validated and rounded down when it is a host value."""
+    host = _concrete(value)
+    if host is None:
+        return _scalar_f32(value, name)
+    if host.ndim != 0:
+        raise ValueError(f"{name} must be a scalar; got shape {host.shape}")
+    checked = check_epsilon(host, name) if name == "epsilon" else check_rho(host, name)
+    return jnp.asarray(_f32_down(float(checked)))
+
+
+# --------------------------------------------------------------------------------------------
+# Samplers
+# --------------------------------------------------------------------------------------------
+
+
+def discrete_laplace(key: jax.Array, shape: tuple[int, ...], t: Any) -> jax.Array:
+    r"""I.i.d. exact draws of the discrete Laplace distribution on the integers.
+
+    ``P(X = x) = (1 - e^{-1/t}) / (1 + e^{-1/t}) * exp(-|x| / t)`` for ``x`` in ``Z``; mean 0,
+    variance ``2 e^{-1/t} / (1 - e^{-1/t})^2``.
+
+    Method: CKS 2020 Algorithm 2 with blocks: with ``L = max(1, floor(t))``, draw
+    ``B ~ U{0, ..., L-1}`` and keep it with probability ``exp(-B/t)``; count the successes ``A``
+    of independent ``Bernoulli(exp(-L/t))``; ``G = A L + B`` has ``P(G = g) ∝ exp(-g/t)``; a
+    uniform sign is attached and ``-0`` is rejected (restart). Every Bernoulli is exact (CKS
+    Algorithm 1 on the rational ``t = p/q``, integer operations on 32-bit words).
+
+    Exactness: ``t`` is used as its float32 value, which the sampler represents exactly as
+    ``p / 2^j``; draws are exact conditioned on ``|X| <= X_T`` with ``X_T >= 2^30 - 2^20``
+    (removed mass ``< 2 exp(-1023) < 1e-443``).
+
+    Args:
+        key: a PRNG key (consumed).
+        shape: the output shape (static).
+        t: the scale, a scalar in ``[T_MIN, T_MAX] = [2^-7, 2^20]`` (may be traced: outside the
+            range a traced ``t`` gives ``SENTINEL`` draws; a host value raises ``ValueError``).
+
+    Returns:
+        An int32 array of ``shape``.
+    """
+    shape = _check_shape(shape)
+    _check_range(t, "t", T_MIN, T_MAX, "(the scale of the discrete Laplace)")
+    return _laplace_jit(key, shape, _scalar_f32(t, "t"))
+
+
+def gaussian_sigma2_used(sigma2: Any) -> jax.Array:
+    """The variance parameter :func:`discrete_gaussian` samples with for ``sigma2``: its float32
+    value rounded up to 20 significant bits (an exact float32; relative increase < 2^-19)."""
+    _check_range(sigma2, "sigma2", SIGMA2_MIN, SIGMA2_MAX, "(the discrete Gaussian's sigma^2)")
+    s2 = _scalar_f32(sigma2, "sigma2")
+    return _round_sigma2(s2)[0]
+
+
+def discrete_gaussian(key: jax.Array, shape: tuple[int, ...], sigma2: Any) -> jax.Array:
+    r"""I.i.d. exact draws of the discrete Gaussian ``N_Z(0, sigma^2)``.
+
+    ``P(X = x) = exp(-x^2 / (2 sigma^2)) / sum_{y in Z} exp(-y^2 / (2 sigma^2))``; mean 0,
+    variance slightly below ``sigma^2`` (CKS 2020).
+
+    Method: CKS 2020 Algorithm 3: propose ``Y ~ DLap(T)`` and accept with probability
+    ``exp(-(|Y| - sigma^2/T)^2 / (2 sigma^2))``; here ``T`` is a power of two within a factor
+    ``sqrt 2`` of ``sigma`` (any ``T > 0`` is exact; the acceptance rate is then above 0.6 for
+    ``sigma^2 >= 1`` and above 0.37 everywhere),
+    and the acceptance exponent is evaluated as ``kappa x^2`` with 32-bit integers only (see
+    ``_gaussian_params``).
+
+    Exactness: ``sigma^2`` is :func:`gaussian_sigma2_used` ``(sigma2)`` (float32 rounded up to 20
+    significant bits), used exactly; draws are exact conditioned on ``|X| <= X_T`` with
+    ``X_T >= 1000 sigma`` (removed mass below ``exp(-4 10^5)``).
+
+    Args:
+        key: a PRNG key (consumed).
+        shape: the output shape (static).
+        sigma2: the variance parameter, a scalar in ``[SIGMA2_MIN, SIGMA2_MAX] = [2^-10, 2^40]``
+            (may be traced: outside the range a traced value gives ``SENTINEL`` draws; a host
+            value raises ``ValueError``).
+
+    Returns:
+        An int32 array of ``shape``.
+    """
+    shape = _check_shape(shape)
+    _check_range(sigma2, "sigma2", SIGMA2_MIN, SIGMA2_MAX, "(the discrete Gaussian's sigma^2)")
+    return _gaussian_jit(key, shape, _scalar_f32(sigma2, "sigma2"))
+
+
+# --------------------------------------------------------------------------------------------
+# Grid, integer sensitivity, calibration
+# --------------------------------------------------------------------------------------------
+
+
+def to_grid(value: Any, grid: float) -> jax.Array:
+    r"""The integer grid coordinates ``k = floor(value / grid + 1/2)`` (half-up), clipped to
+    ``[-2^30, 2^30]``; NaN maps to 0.
+
+    Exact: ``grid`` is a power of two, so ``u = value / grid`` is computed without rounding, and
+    ``floor(u) + [u - floor(u) >= 1/2]`` is evaluated exactly. Host (NumPy / Python) float64
+    inputs are rounded on the host in float64, so no float32 conversion of the private value
+    happens first. Half-up rounding is monotone with ``|k - k'| <= ceil(|value - value'| /
+    grid)`` per coordinate.
+    """
+    g = _check_grid(grid)
+    xp = np if not isinstance(value, jax.Array) else jnp
+    v = xp.asarray(value)
+    floating = jnp.issubdtype(v.dtype, jnp.floating)
+    if xp is np and (floating or jnp.issubdtype(v.dtype, jnp.integer)):
+        v = v.astype(np.float64)  # exact for every float and every |integer| < 2^53
+    elif not floating:
+        raise TypeError(f"value must be a floating-point array; got dtype {v.dtype}")
+    elif v.dtype != jnp.float64:
+        v = v.astype(jnp.float32)  # exact for float16 / bfloat16 / float32
+    u = v / v.dtype.type(g)
+    u = xp.clip(xp.where(xp.isnan(u), 0, u), -_K_MAX, _K_MAX)
+    fl = xp.floor(u)
+    k = fl + (u - fl >= 0.5)
+    return jnp.asarray(np.asarray(k, np.int32) if xp is np else k.astype(jnp.int32))
+
+
+def integer_sensitivity_l1(sensitivity_l1: float, grid: float, size: int) -> int:
+    r"""l1 sensitivity of the rounded query: ``ceil(Delta_1 / grid) + size - 1`` (exact).
+
+    If ``||x - x'||_1 <= Delta_1`` then ``||to_grid(x) - to_grid(x')||_1 = sum_i ceil(s_i) <
+    Delta_1 / grid + size``, an integer (``s_i = |x_i - x'_i| / grid``); the bound is attained.
+    Computed in exact rational arithmetic from the float values given.
+    """
+    s1 = Fraction(_host_scalar(sensitivity_l1, "sensitivity_l1")) / Fraction(_check_grid(grid))
+    size = _check_size(size)
+    return math.ceil(s1) + size - 1
+
+
+def integer_sensitivity_l2_sq(sensitivity_l2: float, grid: float, size: int) -> int:
+    r"""Squared l2 sensitivity of the rounded query, an integer.
+
+    ``||k - k'||_2 <= ||s||_2 + ||ceil(s) - s||_2 <= Delta_2 / grid + sqrt(size)`` and
+    ``||k - k'||_2^2`` is an integer, so it is at most ``floor((Delta_2 / grid +
+    sqrt(size))^2)``; for ``size = 1`` the exact ``ceil(Delta_2 / grid)^2``. Computed exactly
+    (rational arithmetic, integer square-root comparisons).
+    """
+    s2 = Fraction(_host_scalar(sensitivity_l2, "sensitivity_l2")) / Fraction(_check_grid(grid))
+    d = _check_size(size)
+    if d == 1:
+        return math.ceil(s2) ** 2
+    base = s2 * s2 + d
+    # floor(base + 2 s2 sqrt(d)): the largest m with m - base <= sqrt(4 s2^2 d).
+    m = math.floor(float(base) + 2.0 * float(s2) * math.sqrt(d)) + 2
+    while m - base > 0 and (m - base) ** 2 > 4 * s2 * s2 * d:
+        m -= 1
+    return m
+
+
+def _check_size(size: Any) -> int:
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ValueError(f"size (number of coordinates) must be a positive integer; got {size!r}")
+    return int(size)
+
+
+def _check_sensitivity_int(value: int, what: str) -> None:
+    if value > _SENS_MAX:
+        raise ValueError(
+            f"the integer {what} of the rounded query is {value} > 2^24: the grid is too fine "
+            "for this sensitivity and size; use a coarser grid"
+        )
+
+
+def discrete_laplace_calibration(sensitivity_int: int, epsilon: Any) -> jax.Array:
+    r"""The discrete Laplace scale for ``epsilon``-DP: ``t = Delta_1^Z / epsilon``, rounded up.
+
+    ``t`` is the smallest float32 above the float32 quotient (so ``t >= Delta_1^Z / epsilon``
+    exactly), raised to ``T_MIN = 2^-7`` if smaller (more noise); the sampler uses exactly this
+    ``t``, so the release is ``(Delta_1^Z / t)``-DP with ``Delta_1^Z / t <= epsilon``.
+    ``epsilon = inf`` gives ``t = 0`` (no noise). Traceable in ``epsilon`` (float32): an invalid
+    traced ``epsilon`` (``<= 0``, NaN) or ``t > T_MAX`` gives NaN.
+
+    Args:
+        sensitivity_int: ``Delta_1^Z``, the l1 sensitivity of the integer query (a host int,
+            ``1 <= Delta_1^Z <= 2^24``).
+        epsilon: the budget, ``> 0`` or ``inf``; a host value is rounded down to float32 first.
+    """
+    eps = _budget(epsilon, "epsilon")
+    delta = jnp.float32(sensitivity_int)
+    t = jnp.nextafter(delta / eps, jnp.float32(jnp.inf))
+    t = jnp.maximum(t, jnp.float32(T_MIN))
+    t = jnp.where(eps == jnp.inf, jnp.float32(0.0), t)
+    return jnp.where((eps > 0) & (t <= T_MAX), t, jnp.float32(jnp.nan))
+
+
+def discrete_gaussian_calibration(sensitivity_sq_int: int, rho: Any) -> jax.Array:
+    r"""The discrete Gaussian variance for ``rho``-zCDP: ``sigma^2 = (Delta_2^Z)^2 / (2 rho)``,
+    rounded up.
+
+    Rounded up to the next float32 and then to the value the sampler uses
+    (:func:`gaussian_sigma2_used`), and raised to ``SIGMA2_MIN = 2^-10`` if smaller, so the
+    release is ``(Delta_2^Z)^2 / (2 sigma^2)``-zCDP with that at most ``rho``. ``rho = inf``
+    gives 0. Traceable in ``rho``; an invalid traced ``rho`` or ``sigma^2 > SIGMA2_MAX`` gives
+    NaN.
+
+    Args:
+        sensitivity_sq_int: ``(Delta_2^Z)^2``, the squared l2 sensitivity of the integer query
+            (a host int, ``1 <= . <= 2^24``).
+        rho: the zCDP budget, ``> 0`` or ``inf``; a host value is rounded down to float32 first.
+    """
+    r = _budget(rho, "rho")
+    delta_sq = jnp.float32(sensitivity_sq_int)
+    s2 = jnp.nextafter(delta_sq / (2.0 * r), jnp.float32(jnp.inf))
+    s2 = jnp.maximum(s2, jnp.float32(SIGMA2_MIN))
+    s2 = jnp.where(s2 <= SIGMA2_MAX, _round_sigma2(jnp.minimum(s2, SIGMA2_MAX))[0], s2)
+    s2 = jnp.where(r == jnp.inf, jnp.float32(0.0), s2)
+    return jnp.where((r > 0) & (s2 <= SIGMA2_MAX), s2, jnp.float32(jnp.nan))
+
+
+# --------------------------------------------------------------------------------------------
+# Mechanisms
+# --------------------------------------------------------------------------------------------
+
+
+class SecureNoise(NamedTuple):
+    """What a secure mechanism did.
+
+    Attributes:
+        kind: ``"discrete_laplace"`` or ``"discrete_gaussian"``.
+        sensitivity: of the integer query ``to_grid(value)``: ``Delta_1^Z`` (Laplace) or
+            ``(Delta_2^Z)^2`` (Gaussian; squared, so that it is an integer).
+        noise: the parameter actually used, an exact float32: ``t`` (Laplace) or ``sigma^2``
+            (Gaussian); 0 at ``epsilon``/``rho = inf``; NaN if the traced budget was invalid.
+        grid: the grid step; the release is ``grid * (to_grid(value) + noise draw)``.
+    """
+
+    kind: str
+    sensitivity: int
+    noise: jax.Array
+    grid: float
+
+    def guarantee(self) -> float:
+        """``epsilon = Delta_1^Z / t`` (pure DP) or ``rho = (Delta_2^Z)^2 / (2 sigma^2)`` (zCDP),
+        rounded up to a float; ``inf`` when no noise was added (host only)."""
+        noise = float(np.asarray(self.noise))
+        if math.isnan(noise):
+            raise ValueError("the mechanism was called with an invalid budget (noise is NaN)")
+        if noise == 0.0:
+            return math.inf
+        exact = Fraction(self.sensitivity) / Fraction(noise)
+        if self.kind == "discrete_gaussian":
+            exact /= 2
+        value = float(exact)
+        return math.nextafter(value, math.inf) if Fraction(value) < exact else value
+
+
+jax.tree_util.register_pytree_node(
+    SecureNoise,
+    lambda s: ((s.noise,), (s.kind, s.sensitivity, s.grid)),
+    lambda aux, children: SecureNoise(aux[0], aux[1], children[0], aux[2]),
+)
+
+
+def _release(
+    key: jax.Array, value: Any, grid: float, param: jax.Array, sampler
+) -> jax.Array:
+    k = to_grid(value, grid)
+    valid = param >= 0  # False for NaN
+    noisy_param = jnp.where(valid & (param > 0), param, jnp.float32(1.0))
+    z = sampler(key, k.shape, noisy_param)
+    z = jnp.where(param > 0, z, jnp.zeros_like(z))
+    out_dtype = jnp.asarray(0.0).dtype  # float64 under x64, else float32
+    # A function of the exact integer k + z only (|k + z| < 2^31): post-processing.
+    released = (k + z).astype(out_dtype) * jnp.asarray(grid, out_dtype)
+    return jnp.where(valid, released, jnp.asarray(jnp.nan, out_dtype))
+
+
+def _calibrate(calibration, sensitivity_int: int, budget: Any) -> jax.Array:
+    """Run a calibration; with a host budget, evaluate it on the host (even under ``jit``) so
+    that an out-of-range host budget raises."""
+    if _concrete(budget) is None:
+        return calibration(sensitivity_int, budget)
+    with jax.ensure_compile_time_eval():
+        return calibration(sensitivity_int, budget)
+
+
+def _value_size(value: Any) -> int:
+    size = int(np.prod(jnp.shape(value)))
+    if size < 1:
+        raise ValueError("value must have at least one entry")
+    return size
+
+
+def secure_laplace_mechanism(
+    key: jax.Array, value: Any, sensitivity_l1: float, epsilon: Any, grid: float
+) -> tuple[jax.Array, SecureNoise]:
+    r"""Release ``value`` with ``epsilon``-DP through the grid and discrete Laplace noise.
+
+    ``release = grid * (k + Z)``, ``k = to_grid(value, grid)``, ``Z ~ DLap(t)^d`` i.i.d.,
+    ``t = discrete_laplace_calibration(Delta_1^Z, epsilon)`` with ``Delta_1^Z =
+    integer_sensitivity_l1(sensitivity_l1, grid, d)``.
+
+    Privacy: ``epsilon``-DP (pure, up to the ``delta < 1e-437`` of the sampler's 32-bit range)
+    for neighbouring data sets (replace-one, or whichever relation ``sensitivity_l1`` is stated
+    for) whenever ``||value(X) - value(X')||_1 <= sensitivity_l1``. The output is a function of
+    the exact integer ``k + Z`` only, so floating point leaks nothing beyond it.
+
+    Args:
+        key: PRNG key (consumed).
+        value: the statistic, any shape with ``d >= 1`` entries (floating point).
+        sensitivity_l1: its l1 sensitivity, a host number ``> 0``.
+        epsilon: ``> 0`` or ``inf`` (exactly zero noise: the release is ``grid * k``); may be a
+            traced array (no recompilation when it changes). A host ``epsilon`` is validated,
+            including ``Delta_1^Z / epsilon <= T_MAX = 2^20``; a traced invalid one gives NaN.
+        grid: the public grid step, a power of two.
+
+    Returns:
+        ``(release, SecureNoise("discrete_laplace", Delta_1^Z, t, grid))``.
+    """
+    g = _check_grid(grid)
+    size = _value_size(value)
+    delta = integer_sensitivity_l1(sensitivity_l1, g, size)
+    _check_sensitivity_int(delta, "l1 sensitivity")
+    t = _calibrate(discrete_laplace_calibration, delta, epsilon)
+    if _concrete(t) is not None and np.isnan(np.asarray(t)):
+        raise ValueError(
+            f"epsilon must be >= Delta_1^Z / 2^20 = {delta / T_MAX:g} for this grid: the integer "
+            f"noise scale t = Delta_1^Z / epsilon (Delta_1^Z = {delta}) must be <= 2^20; use a "
+            "coarser grid"
+        )
+    released = _release(key, value, g, t, _laplace_jit)
+    return released, SecureNoise("discrete_laplace", delta, t, g)
+
+
+def secure_gaussian_mechanism(
+    key: jax.Array, value: Any, sensitivity_l2: float, rho: Any, grid: float
+) -> tuple[jax.Array, SecureNoise]:
+    r"""Release ``value`` with ``rho``-zCDP through the grid and discrete Gaussian noise.
+
+    ``release = grid * (k + Z)``, ``k = to_grid(value, grid)``, ``Z ~ N_Z(0, sigma^2)^d``
+    i.i.d., ``sigma^2 = discrete_gaussian_calibration((Delta_2^Z)^2, rho)`` with
+    ``(Delta_2^Z)^2 = integer_sensitivity_l2_sq(sensitivity_l2, grid, d)``.
+
+    Privacy: ``rho``-zCDP (CKS Thm 4 / Thm 14; up to the sampler's 32-bit range: an additive
+    ``delta < exp(-10^5)`` for ``rho <= 10^5``, see the module notes) for
+    neighbouring data sets (replace-one, or whichever relation ``sensitivity_l2`` is stated for)
+    whenever ``||value(X) - value(X')||_2 <= sensitivity_l2``.
+
+    Args:
+        key: PRNG key (consumed).
+        value: the statistic, any shape with ``d >= 1`` entries (floating point).
+        sensitivity_l2: its l2 sensitivity, a host number ``> 0``.
+        rho: ``> 0`` or ``inf`` (exactly zero noise); may be traced. A host ``rho`` is validated,
+            including ``sigma^2 <= SIGMA2_MAX = 2^40``; a traced invalid one gives NaN.
+        grid: the public grid step, a power of two.
+
+    Returns:
+        ``(release, SecureNoise("discrete_gaussian", (Delta_2^Z)^2, sigma^2, grid))``.
+    """
+    g = _check_grid(grid)
+    size = _value_size(value)
+    delta_sq = integer_sensitivity_l2_sq(sensitivity_l2, g, size)
+    _check_sensitivity_int(delta_sq, "squared l2 sensitivity")
+    s2 = _calibrate(discrete_gaussian_calibration, delta_sq, rho)
+    if _concrete(s2) is not None and np.isnan(np.asarray(s2)):
+        raise ValueError(
+            f"rho must be >= (Delta_2^Z)^2 / 2^41 = {delta_sq / (2 * SIGMA2_MAX):g} for this "
+            f"grid: sigma^2 = (Delta_2^Z)^2 / (2 rho) ((Delta_2^Z)^2 = {delta_sq}) must be "
+            "<= 2^40; use a coarser grid"
+        )
+    released = _release(key, value, g, s2, _gaussian_jit)
+    return released, SecureNoise("discrete_gaussian", delta_sq, s2, g)
