@@ -360,7 +360,7 @@ class Release:
     @classmethod
     def from_event(cls, event: Any, statistic: str, data: str = "full data") -> Release:
         """Summarise a (stacked) privacy event: every array entry is one release."""
-        from dpjax.mechanisms import epsilon_constant
+        from dpjax.mechanisms import ZCDP_KINDS, epsilon_constant
 
         sens, scale, true, delta = (np.asarray(x, np.float64).ravel() for x in (
             event.sensitivity, event.scale, event.true_sensitivity, event.delta))
@@ -370,7 +370,7 @@ class Release:
             noisy = (scale > 0) & np.isfinite(true)
             if event.kind == "none":
                 per = np.full(sens.shape, _INF)
-            elif event.kind == "gaussian-zcdp":
+            elif event.kind in ZCDP_KINDS:
                 per = np.where(noisy, 0.5 * np.square(true / np.where(noisy, scale, 1.0)), _INF)
             else:
                 k = np.asarray([epsilon_constant(event.kind, max(dl, 1e-300), event.s,
@@ -383,7 +383,7 @@ class Release:
 
     def budgets(self) -> list[Budget]:
         """The guarantee of each release, in order."""
-        if self.mechanism == "gaussian-zcdp":
+        if self.mechanism in ("gaussian-zcdp", "discrete-gaussian"):
             return [ZCDP(r) for r in self.epsilons]
         if self.mechanism == "none":
             return [ApproxDP(_INF, 0.0) for _ in self.epsilons]

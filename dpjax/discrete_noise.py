@@ -113,6 +113,7 @@ import numpy as np
 from jax import lax
 
 from dpjax._validate import check_epsilon, check_positive, check_rho
+from dpjax.mechanisms import PrivacyEvent
 
 __all__ = [
     "SENTINEL",
@@ -777,6 +778,19 @@ class SecureNoise(NamedTuple):
             exact /= 2
         value = float(exact)
         return math.nextafter(value, math.inf) if Fraction(value) < exact else value
+
+    def event(self, relation: str = "replace-one") -> PrivacyEvent:
+        """This release as a :class:`~dpjax.mechanisms.PrivacyEvent` (sensitivity in grid
+        units), so :mod:`dpjax.accounting` composes it with the others: the discrete Laplace
+        gives ``Delta_1 / t``-DP, the discrete Gaussian ``Delta_2^2 / (2 sigma^2)``-zCDP."""
+        noise = jnp.asarray(self.noise, jnp.float32)
+        if self.kind == "discrete_laplace":
+            sens, scale, kind, norm = float(self.sensitivity), noise, "discrete-laplace", "l1"
+        else:
+            sens, scale = math.sqrt(self.sensitivity), jnp.sqrt(noise)
+            kind, norm = "discrete-gaussian", "l2"
+        sens = jnp.asarray(sens, jnp.float32)
+        return PrivacyEvent(kind, sens, scale, sens, jnp.zeros((), jnp.float32), norm, relation)
 
 
 jax.tree_util.register_pytree_node(

@@ -167,8 +167,13 @@ jax.tree_util.register_dataclass(
 # Privacy events: what a mechanism call released, built from the arrays that drew the noise
 # --------------------------------------------------------------------------------------------
 
-MechanismKind = Literal["laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht", "none"]
-KINDS: tuple[str, ...] = ("laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht", "none")
+MechanismKind = Literal["laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht",
+                        "discrete-laplace", "discrete-gaussian", "none"]
+KINDS: tuple[str, ...] = ("laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht",
+                          "discrete-laplace", "discrete-gaussian", "none")
+# kinds accounted in rho-zCDP, rho = (true_sensitivity / scale)^2 / 2 (Bun & Steinke 2016;
+# Canonne, Kamath & Steinke 2020 for the discrete Gaussian on integer queries)
+ZCDP_KINDS: tuple[str, ...] = ("gaussian-zcdp", "discrete-gaussian")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +187,10 @@ class PrivacyEvent:
     Attributes:
         kind: the mechanism (static): ``"laplace"``, ``"gaussian-classic"`` (calibrated for
             (epsilon, delta) by the classic bound), ``"gaussian-zcdp"`` (calibrated for
-            rho-zCDP), ``"noisy-ht"`` (peeling), or ``"none"`` (a non-private release).
+            rho-zCDP), ``"noisy-ht"`` (peeling), ``"discrete-laplace"`` /
+            ``"discrete-gaussian"`` (integer noise on a public grid,
+            :mod:`dpjax.discrete_noise`; sensitivity in grid units), or ``"none"`` (a
+            non-private release).
         sensitivity: the declared sensitivity the noise was calibrated from.
         scale: the noise scale drawn (Laplace ``b``, Gaussian ``sigma``); 0 means no noise.
         true_sensitivity: the statistic's actual bound (``inf``: unbounded); the delivered
@@ -382,7 +390,7 @@ def epsilon_constant(kind: str, delta: Any = 0.0, s: int = 1, log_constant: floa
     * ``"noisy-ht"``: ``K = 2 sqrt(3 s log(1 / delta))`` (Dwork, Su & Zhang 2018; spec 000
       Alg 1, spec 003 Alg 3).
     """
-    if kind == "laplace":
+    if kind in ("laplace", "discrete-laplace"):
         return 1.0
     xp = _xp(delta)
     if kind == "gaussian-classic":

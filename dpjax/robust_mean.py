@@ -97,9 +97,10 @@ from jax.scipy.special import erfc
 from dpjax import _validate
 from dpjax.mechanisms import (
     BoundedStatistic,
+    PrivacyEvent,
     bounded_mean,
-    gaussian_noise,
-    gaussian_sigma_classic,
+    gaussian_mechanism,
+    local_mechanism,
 )
 
 __all__ = [
@@ -107,9 +108,7 @@ __all__ = [
     "CentralRelease",
     "LocalRelease",
     "SmoothingParameters",
-    "central_noise_scale",
     "ldp_parameters",
-    "local_noise_scale",
     "local_scores",
     "phi",
     "private_mean_central",
@@ -490,35 +489,6 @@ def ldp_parameters(
 
 
 # --------------------------------------------------------------------------------------------
-# Calibration: (sensitivity, budget) -> noise scale, once per mechanism
-# --------------------------------------------------------------------------------------------
-
-
-def central_noise_scale(stat: BoundedStatistic, epsilon: Any, delta: Any) -> jax.Array:
-    r"""Noise std of the central mechanism (13): the classic Gaussian calibration.
-
-    ``sigma = Delta_2 sqrt(2 log(1.25/delta)) / epsilon`` (Dwork & Roth Thm A.1; the paper's
-    Def 6), ``Delta_2 = stat.sensitivity``; (epsilon, delta)-DP for ``epsilon <= 1``
-    under ``stat.relation``. ``epsilon = inf`` gives exactly 0.
-    """
-    if stat.norm != "l2":
-        raise ValueError(f"the Gaussian mechanism needs an l2 sensitivity; got {stat.norm}")
-    return gaussian_sigma_classic(stat.sensitivity, epsilon, delta)
-
-
-def local_noise_scale(stat: BoundedStatistic, epsilon: Any, delta: Any) -> jax.Array:
-    r"""Per-user noise std of the local mechanism (38)/(40): classic Gaussian on one report.
-
-    ``sigma_loc = R sqrt(2 log(1.25/delta)) / epsilon`` with ``R = stat.sensitivity`` the range
-    of one user's score (``(4 sqrt2/3) s``); each report is (epsilon, delta)-DP in its user's
-    record for ``epsilon <= 1``. ``epsilon = inf`` gives exactly 0.
-    """
-    if stat.relation != "local" or stat.norm != "l2":
-        raise ValueError("local_noise_scale needs a local statistic with an l2 sensitivity")
-    return gaussian_sigma_classic(stat.sensitivity, epsilon, delta)
-
-
-# --------------------------------------------------------------------------------------------
 # Mechanisms
 # --------------------------------------------------------------------------------------------
 
@@ -530,6 +500,7 @@ class CentralRelease(NamedTuple):
     sigma: jax.Array  # std of Z actually added
     s: jax.Array
     beta_smooth: jax.Array
+    event: PrivacyEvent  # the release's privacy event (classic Gaussian, replace-one)
 
 
 class LocalRelease(NamedTuple):
@@ -541,6 +512,7 @@ class LocalRelease(NamedTuple):
     sigma: jax.Array  # std of the noise in the average: sigma_report / sqrt(n)
     s: jax.Array
     beta_smooth: jax.Array
+    event: PrivacyEvent  # one user's release (relation local; no composition across users)
 
 
 Parameterisation = Literal["thm2", "wang2020"]
@@ -624,10 +596,10 @@ def private_mean_central(
             f"parameterisation must be 'thm2' or 'wang2020'; got {parameterisation!r}"
         )
     stat = robust_mean_statistic(x, params.s, params.beta_smooth)
-    value = jnp.asarray(stat.value)
-    sigma = central_noise_scale(stat, epsilon, delta)
-    noisy = value + gaussian_noise(key, value.shape, sigma, value.dtype)
-    return CentralRelease(noisy, jnp.asarray(sigma, value.dtype), params.s, params.beta_smooth)
+    # the classic Gaussian calibration sigma = Delta_2 sqrt(2 log(1.25/delta)) / epsilon
+    noisy, event = gaussian_mechanism(key, stat, epsilon, delta)
+    return CentralRelease(noisy, event.scale.astype(noisy.dtype), params.s, params.beta_smooth,
+                          event)
 
 
 def private_mean_local(
@@ -650,8 +622,7 @@ def private_mean_local(
     records' scores differ by at most ``(4 sqrt2/3) s``; classic Gaussian calibration, proven
     for ``epsilon <= 1``): non-interactive (epsilon, delta)-LDP; the average is
     post-processing. ``s`` depends only on public inputs. The users' noise is drawn here from
-    one key as ``n`` i.i.d. normals, which has the same distribution as ``n`` independent
-    per-user draws.
+    ``n`` independent keys split from ``key`` (:func:`~dpjax.mechanisms.local_mechanism`).
 
     ``s_rule`` (see :func:`ldp_parameters`): ``"corrected"`` (default, spec 002 A5) gives the
     claimed ``n^(-1/4)`` rate; ``"paper_literal"`` (the ``s`` printed in Thm 8) is equally
@@ -672,11 +643,10 @@ def private_mean_local(
     n = x.shape[0]
     params = ldp_parameters(n, epsilon, delta, tau, zeta, s_rule)
     scores = local_scores(x, params.s, params.beta_smooth)
-    values = jnp.asarray(scores.value)
-    sigma_report = local_noise_scale(scores, epsilon, delta)
-    reports = values + gaussian_noise(key, values.shape, sigma_report, values.dtype)
-    sigma_report = jnp.asarray(sigma_report, values.dtype)
+    # every user randomises their own score with the classic Gaussian (its own key)
+    reports, event = local_mechanism(key, scores, gaussian_mechanism, epsilon, delta)
+    sigma_report = event.scale.astype(reports.dtype)
     return LocalRelease(
         jnp.mean(reports), reports, sigma_report, sigma_report / math.sqrt(n), params.s,
-        params.beta_smooth,
+        params.beta_smooth, event,
     )

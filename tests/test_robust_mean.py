@@ -361,6 +361,12 @@ def test_central_noise_scale_with_power(key, parameterisation):
     s, beta = float(rel.s[0]), float(rel.beta_smooth[0])
     sigma = 4 * math.sqrt(2) / 3 * s / 200 * math.sqrt(2 * math.log(1.25 / DELTA)) / EPS
     np.testing.assert_allclose(rel.sigma, sigma, rtol=1e-6)
+    # the release's event comes from the noise drawn and gives back the requested budget
+    from dpjax.accounting import Release
+
+    one = jax.tree_util.tree_map(lambda a: a[0], rel.event)
+    assert one.kind == "gaussian-classic"
+    assert Release.from_event(one, "mean").delivered().epsilon == pytest.approx(EPS, rel=1e-5)
     stat = rm.robust_mean_statistic(x, s, beta)
     assert_scale_with_power(_np(rel.value) - float(stat.value), "norm", sigma)
 
@@ -376,6 +382,7 @@ def test_local_noise_scale_with_power(key, s_rule):
     sigma_loc = 4 * math.sqrt(2) / 3 * s * math.sqrt(2 * math.log(1.25 / DELTA)) / EPS
     np.testing.assert_allclose(rel.sigma_report, sigma_loc, rtol=1e-6)
     np.testing.assert_allclose(rel.sigma, sigma_loc / math.sqrt(n), rtol=1e-6)
+    assert rel.event.relation == "local" and rel.event.kind == "gaussian-classic"
     scores = rm.local_scores(x, s, beta)
     assert scores.relation == "local"
     np.testing.assert_allclose(scores.sensitivity, 4 * math.sqrt(2) / 3 * s, rtol=1e-6)
