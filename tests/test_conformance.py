@@ -1,11 +1,12 @@
 """The conformance suite: every estimator honours the protocol of dpjax.base.
 
-For each registered case: ``step`` is pure and jittable; the state keeps its structure, shapes
-and dtypes across steps; a run is deterministic under a fixed key and changes with the key;
+It runs over every estimator of :mod:`dpjax.registry` (a new estimator is tested by
+registering it): ``step`` is pure and jittable; the state keeps its structure, shapes and
+dtypes across steps; a run is deterministic under a fixed key and changes with the key;
 ``vmap`` over keys and over privacy levels works; the non-private level is finite and exactly
 noise-free (two keys give the same answer); a second call with new privacy levels does not
-recompile; and the ledger's delivered guarantee matches the requested budget for the default
-(corrected) variant.
+recompile; and the ledger, composed from the events of an actual run, delivers the requested
+budget for the default (corrected) variant.
 """
 
 from __future__ import annotations
@@ -20,17 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpjax import base
-from dpjax.algorithms import dp_em, dp_glm, dp_iv
-from dpjax.models import (
-    GLM,
-    GaussianMixture,
-    LinearIV,
-    MixtureOfRegressions,
-    RegressionMissingCovariates,
-    sparse_sphere_beta,
-    sparse_unit_beta,
-)
+from dpjax import base, registry
 from tests.helpers import same_key
 
 
@@ -43,104 +34,21 @@ class Case:
     hparams: Callable[[float], Any]  # privacy level -> hparams (scalar fields)
     private: bool = True  # False for non-private baselines (they draw no noise)
     requested: Callable[[float], tuple[str, float]] | None = None  # level -> ("epsilon", value)
-    ledger_private: bool | None = None  # the ledger's verdict, if not ``private`` (a variant
-    # that draws noise but is not DP as claimed)
+    ledger_private: bool | None = None  # the ledger's verdict, if not ``private``
 
 
-def _gmm_cases() -> list[Case]:
-    model = GaussianMixture(0.5)
-    n, d, s = 400, 12, 2
-    beta = sparse_unit_beta(d, s)
-    data = model.simulate(jax.random.key(0), n, jnp.asarray(beta))
-    beta0 = beta * 0.9
-
-    def hp(eps):
-        return dp_em.DPEMHyperparams(*map(jnp.float32, (eps, 1 / (2 * n), 0.5, 2.0)))
-
-    req = lambda eps: ("epsilon", eps)  # noqa: E731
-    return [
-        Case("hd-dp-em/gmm", dp_em.hd_dp_em(model, s, 4), data, beta0, hp, requested=req),
-        Case("ld-dp-em/gmm", dp_em.ld_dp_em(model, 4), data, beta0, hp, requested=req),
-        Case("truncated-em/gmm", dp_em.truncated_em(model, s, 4), data, beta0, hp, private=False),
-        Case("gradient-em/gmm", dp_em.gradient_em(model, 4, sample_splitting=False), data,
-             beta0, hp, private=False),
-    ]
+def _case(entry: registry.Entry) -> Case:
+    example = entry.example()
+    return Case(entry.name, entry.build(), example.data, example.params0, example.hparams,
+                entry.private, entry.requested, entry.ledger_private)
 
 
-def _em_regression_cases() -> list[Case]:
-    n, d, s = 400, 10, 2
-    beta = sparse_unit_beta(d, s)
-
-    def hp(eps):
-        return dp_em.DPEMHyperparams(*map(jnp.float32, (eps, 1 / (2 * n), 0.5, 2.0)))
-
-    req = lambda eps: ("epsilon", eps)  # noqa: E731
-    out = []
-    for model in (MixtureOfRegressions(0.5), RegressionMissingCovariates(1.0, 0.2)):
-        data = model.simulate(jax.random.key(1), n, jnp.asarray(beta))
-        out += [
-            Case(f"hd-dp-em/{model.name}", dp_em.hd_dp_em(model, s, 4), data, beta * 0.9, hp,
-                 requested=req),
-            Case(f"ld-dp-em/{model.name}", dp_em.ld_dp_em(model, 4), data, beta * 0.9, hp,
-                 requested=req),
-        ]
-    return out
+CASES = [_case(e) for e in registry.entries()]
 
 
-def _glm_cases() -> list[Case]:
-    model = GLM("logistic")
-    n, d, s, T = 400, 8, 2, 5
-    beta = sparse_sphere_beta(jax.random.key(2), d, s)
-    data = model.simulate(jax.random.key(3), n, jnp.asarray(beta))
-    delta = 1 / (2 * n)
-
-    def hp(eps):
-        # rho is informational under the paper's calibration: eps^2 / (4 T log(2T/delta))
-        eps = jnp.float32(eps)
-        rho = eps**2 / (4 * T * jnp.log(2 * T / delta))
-        return dp_glm.GLMHyperparams(eps, jnp.float32(delta), jnp.float32(1.0),
-                                     jnp.float32(1.0), rho)
-
-    # The printed B = 4(R + c1) sigma_x is twice the sensitivity, so the paper's calibration
-    # delivers (eps/2, delta): the ledger reports that.
-    half = lambda eps: ("epsilon", eps / 2)  # noqa: E731
-    zeros = jnp.zeros(d)
-    return [
-        Case("alg1-noisy-gd/logistic", dp_glm.noisy_gd(model, T), data, zeros, hp,
-             requested=half),
-        Case("alg5-noisy-iht/logistic", dp_glm.noisy_iht(model, s, T), data, zeros, hp,
-             requested=half),
-        Case("gd/logistic", dp_glm.gd(model, T), data, zeros, hp, private=False),
-        Case("iht/logistic", dp_glm.iht(model, s, T), data, zeros, hp, private=False),
-    ]
-
-
-def _iv_cases() -> list[Case]:
-    model = LinearIV(p=2, q=3, r=2)
-    prm = model.draw_parameters(jax.random.key(0))
-    data = model.simulate(jax.random.key(1), 300, model.pack(prm))
-    params0 = (jnp.zeros((3, 2)), jnp.zeros(2))
-
-    def hp(level):
-        # rho1 = rho2 = level: the paper calibration delivers rho = level in total (half the
-        # stated 2 level), the tight one 2 level.
-        return dp_iv.DPIVHyperparams(*map(jnp.float32, (level, level, 0.5, 0.03, 5.0, 5.0,
-                                                        1e-5)))
-
-    T = 4
-    return [
-        Case("dp-2s-gd/paper", dp_iv.dp_2s_gd(T), data, params0, hp,
-             requested=lambda lv: ("rho", lv)),
-        Case("dp-2s-gd/tight", dp_iv.dp_2s_gd(T, "tight"), data, params0, hp,
-             requested=lambda lv: ("rho", 2 * lv)),
-        Case("dp-2s-gd-beta/paper (not DP as claimed)", dp_iv.dp_2s_gd_beta_only(T), data,
-             params0, hp, ledger_private=False),
-        Case("2s-gd", dp_iv.two_stage_gd(T), data, params0, hp, private=False),
-        Case("2sls", dp_iv.tsls(), data, params0, hp, private=False),
-    ]
-
-
-CASES = _gmm_cases() + _em_regression_cases() + _glm_cases() + _iv_cases()
+def test_every_estimator_family_is_registered():
+    assert {e.family for e in registry.entries()} >= {"dp-em", "dp-glm", "dp-iv"}
+    assert len({e.name for e in registry.entries()}) == len(CASES) >= 17
 
 
 @pytest.fixture(params=CASES, ids=lambda c: c.name)

@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate
+from dpjax import _validate, registry
 from dpjax.accounting import ApproxDP, Ledger, Release
 from dpjax.base import Estimator, FitResult, as_key, batch_size, fit
 from dpjax.mechanisms import (
@@ -449,3 +449,50 @@ def fit_gradient_em(
     return _fit("none", jax.random.key(0), data, model, beta0=beta0, epsilon=math.inf,
                 delta=None, eta=eta, truncation=math.inf, num_iterations=num_iterations,
                 s_hat=None, sample_splitting=sample_splitting)
+
+
+# --------------------------------------------------------------------------------------------
+# Registry: every estimator with a small example problem (the conformance suite runs over it)
+# --------------------------------------------------------------------------------------------
+
+
+def _example(model: Any, d: int, seed: int) -> registry.Example:
+    from dpjax.models import sparse_unit_beta
+
+    n, s = 400, 2
+    beta = sparse_unit_beta(d, s)
+    data = model.simulate(jax.random.key(seed), n, jnp.asarray(beta))
+
+    def hp(eps):
+        return DPEMHyperparams(*map(jnp.float32, (eps, 1 / (2 * n), 0.5, 2.0)))
+
+    return registry.Example(data, beta * 0.9, hp)
+
+
+def _register() -> None:
+    from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
+
+    def req(eps):
+        return ("epsilon", eps)
+
+    gmm = GaussianMixture(0.5)
+    models = [(gmm, 12, 0), (MixtureOfRegressions(0.5), 10, 1),
+              (RegressionMissingCovariates(1.0, 0.2), 10, 1)]
+    for model, d, seed in models:
+        example = functools.partial(_example, model, d, seed)
+        registry.register(registry.Entry(
+            f"hd-dp-em/{model.name}", "dp-em", functools.partial(hd_dp_em, model, 2, 4),
+            example, requested=req))
+        registry.register(registry.Entry(
+            f"ld-dp-em/{model.name}", "dp-em", functools.partial(ld_dp_em, model, 4), example,
+            requested=req))
+    example = functools.partial(_example, gmm, 12, 0)
+    registry.register(registry.Entry("truncated-em/gmm", "dp-em",
+                                     functools.partial(truncated_em, gmm, 2, 4), example,
+                                     private=False))
+    registry.register(registry.Entry("gradient-em/gmm", "dp-em",
+                                     functools.partial(gradient_em, gmm, 4, False), example,
+                                     private=False))
+
+
+_register()

@@ -80,7 +80,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate
+from dpjax import _validate, registry
 from dpjax.accounting import (
     ApproxDP,
     Ledger,
@@ -598,3 +598,47 @@ def fit_sparse_dp_glm(
         raise ValueError(f"beta0 must have at most s = {s} non-zeros; it has {nnz}")
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration="paper")
     return _execute(noisy_iht(model, s, T, b), key, data, beta0, hp, n)
+
+
+# --------------------------------------------------------------------------------------------
+# Registry: every estimator with a small example problem (the conformance suite runs over it)
+# --------------------------------------------------------------------------------------------
+
+
+def _example(model: Any, n: int = 400, d: int = 8, s: int = 2, T: int = 5) -> registry.Example:
+    from dpjax.models.glm import sparse_sphere_beta
+
+    beta = sparse_sphere_beta(jax.random.key(2), d, s)
+    data = model.simulate(jax.random.key(3), n, jnp.asarray(beta))
+    delta = 1 / (2 * n)
+
+    def hp(eps):
+        # rho is informational under the paper's calibration: eps^2 / (4 T log(2T/delta))
+        eps = jnp.float32(eps)
+        rho = eps**2 / (4 * T * jnp.log(2 * T / delta))
+        return GLMHyperparams(eps, jnp.float32(delta), jnp.float32(1.0), jnp.float32(1.0), rho)
+
+    return registry.Example(data, jnp.zeros(d), hp)
+
+
+def _register() -> None:
+    from dpjax.models.glm import GLM
+
+    model = GLM("logistic")
+    example = functools.partial(_example, model)
+
+    def half(eps):
+        # the printed B = 4(R + c1) sigma_x is twice the sensitivity: (eps/2, delta) delivered
+        return ("epsilon", eps / 2)
+
+    for name, build, private in [
+        ("alg1-noisy-gd/logistic", functools.partial(noisy_gd, model, 5), True),
+        ("alg5-noisy-iht/logistic", functools.partial(noisy_iht, model, 2, 5), True),
+        ("gd/logistic", functools.partial(gd, model, 5), False),
+        ("iht/logistic", functools.partial(iht, model, 2, 5), False),
+    ]:
+        registry.register(registry.Entry(name, "dp-glm", build, example, private=private,
+                                         requested=half if private else None))
+
+
+_register()
