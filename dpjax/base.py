@@ -128,17 +128,21 @@ def _default_record(state: PyTree, info: PyTree) -> PyTree:
 def run(
     estimator: Estimator,
     key: jax.Array,
-    data: PyTree,
+    data: PyTree | Callable[[jax.Array], PyTree],
     state: PyTree,
     hparams: PyTree,
     record: Callable[[PyTree, PyTree], PyTree] | None = None,
 ) -> tuple[PyTree, PyTree]:
-    """Run ``estimator.num_steps`` iterations with ``lax.scan``.
+    """Run ``estimator.num_steps`` iterations with ``lax.scan``: the one scan driver (fits,
+    sweeps and audits all go through it).
 
     Args:
         estimator: the estimator.
         key: the run's key; step ``t`` uses ``fold_in(key, t)``.
-        data: the data set, leaves with ``n`` rows.
+        data: the data set, leaves with ``n`` rows; or, for an estimator with one disjoint
+            batch per step, a function ``batch(t) -> batch t`` evaluated inside the scan (data
+            generated step by step: memory ``O(batch)``, not ``O(n)``; under ``vmap`` over keys
+            or hyperparameters the batch is computed once and shared).
         state: the initial state (``estimator.init(params0)``).
         hparams: the (array) hyperparameters.
         record: ``record(state_after_step, info) -> pytree`` chooses what is kept per iteration
@@ -149,7 +153,12 @@ def run(
     """
     record = record or _default_record
     steps = jnp.arange(estimator.num_steps)
-    if estimator.batching == "disjoint":
+    streamed = callable(data)
+    if streamed:
+        if estimator.batching != "disjoint":
+            raise ValueError("data given as batch(t) needs an estimator with disjoint batches")
+        xs = (steps, None)
+    elif estimator.batching == "disjoint":
         xs = (steps, split_batches(data, estimator.num_steps))
     elif estimator.batching == "full":
         xs = (steps, None)
@@ -158,7 +167,10 @@ def run(
 
     def body(carry, x):
         t, batch = x
-        batch = data if batch is None else batch
+        if streamed:
+            batch = data(t)
+        elif batch is None:
+            batch = data
         new_state, info = estimator.step(jax.random.fold_in(key, t), carry, batch, hparams)
         return new_state, record(new_state, info)
 

@@ -185,8 +185,9 @@ class StudyOutput:
 def _rep_bytes(setting: Setting) -> int:
     """Bytes one repetition needs: its data block, generation temporaries and a clipped copy
     per level (all blocks when every iteration sees all data). Read off shapes only."""
+    truth = setting.example_truth()
     leaves = jax.eval_shape(
-        lambda k: setting.simulate(k, setting.plan.block_size, setting.truth), jax.random.key(0)
+        lambda k: setting.simulate(k, setting.plan.block_size, truth), jax.random.key(0)
     )
     block_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in
                       jax.tree_util.tree_leaves(leaves))

@@ -42,13 +42,15 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpjax.base import Estimator
+from dpjax.base import Estimator, run
 
 __all__ = [
     "INIT_TAG",
     "DataPlan",
     "Setting",
+    "PerRepetition",
     "chunk_bounds",
+    "resolve_truth",
     "event_structure",
     "split_events",
     "compile_count",
@@ -61,6 +63,7 @@ __all__ = [
 ]
 
 INIT_TAG = 0xFFFFFFFF  # fold_in tag of the starting-value key (blocks use 0, 1, 2, ...)
+TRUTH_TAG = 0xFFFFFFFE  # fold_in tag of a truth drawn per repetition (PerRepetition)
 EVENT_PREFIX = "__event"  # metric names of the privacy events' arrays (see split_events)
 
 PyTree = Any
@@ -84,6 +87,27 @@ class DataPlan:
 
 
 @dataclasses.dataclass(frozen=True)
+class PerRepetition:
+    """A truth drawn afresh for every repetition: ``draw(key) -> truth`` (a pytree), with the key
+    ``fold_in(data_key_r, TRUTH_TAG)`` of repetition ``r``.
+
+    Covers a parameter drawn per repetition (e.g. ``beta`` uniform on the sphere, the usual
+    design of spec 003) and fixed real data with a public per-repetition split: ``draw`` returns
+    the repetition's train and test sets, ``simulate`` hands out the train set and ``record``
+    scores on the test set. Every level of a repetition sees the same draw.
+    """
+
+    draw: Callable[[jax.Array], PyTree]
+
+
+def resolve_truth(truth: Any, key: jax.Array) -> PyTree:
+    """A fixed truth as an array, or a :class:`PerRepetition` truth drawn with ``key``."""
+    if isinstance(truth, PerRepetition):
+        return truth.draw(key)
+    return jnp.asarray(truth)
+
+
+@dataclasses.dataclass(frozen=True)
 class Setting:
     """One compiled shape of a study.
 
@@ -94,7 +118,8 @@ class Setting:
         simulate: ``simulate(key, m, truth) -> data`` with ``m`` records (static).
         init: ``init(key, truth) -> params0``, data-independent (static).
         record: ``record(state, truth) -> {metric: scalar}`` kept per iteration (static).
-        truth: the true parameter.
+        truth: the true parameter (an array), or a :class:`PerRepetition` draw (a new truth,
+            or a new public split of fixed data, for every repetition).
         plan: the data plan.
         hparams_type: the estimator's hyperparameter NamedTuple.
         levels: one dict of hyperparameter values per level (keys: ``hparams_type._fields``).
@@ -107,11 +132,24 @@ class Setting:
     simulate: Callable[..., PyTree]
     init: Callable[..., PyTree]
     record: Callable[..., PyTree]
-    truth: np.ndarray
+    truth: Any
     plan: DataPlan
     hparams_type: type
     levels: tuple[dict[str, float], ...]
     n: int
+
+    @property
+    def draw_truth(self) -> PerRepetition | None:
+        return self.truth if isinstance(self.truth, PerRepetition) else None
+
+    @property
+    def fixed_truth(self) -> np.ndarray:
+        """The kernel's truth input (a placeholder when the truth is drawn per repetition)."""
+        return np.zeros(()) if self.draw_truth is not None else np.asarray(self.truth)
+
+    def example_truth(self) -> PyTree:
+        """A concrete truth for shape probes: the fixed one, or repetition 0's draw."""
+        return resolve_truth(self.truth, jax.random.key(0))
 
     def hparams(self, levels: Sequence[dict[str, float]] | None = None) -> PyTree:
         """The levels as one hyperparameter pytree with a leading level axis."""
@@ -125,8 +163,11 @@ class Setting:
         )
 
     def level_ids(self, levels: Sequence[dict[str, float]] | None = None) -> np.ndarray:
+        """Stable ids of the levels: a hash of the hyperparameters that change the draws
+        (fields the hparams type lists in ``ACCOUNTING_ONLY`` are read by the ledger only)."""
         levels = self.levels if levels is None else levels
-        fields = self.hparams_type._fields
+        skip = getattr(self.hparams_type, "ACCOUNTING_ONLY", ())
+        fields = [f for f in self.hparams_type._fields if f not in skip]
         return np.array([level_id([lv[f] for f in fields]) for lv in levels], np.uint32)
 
 
@@ -157,6 +198,7 @@ def _repetition(
     record: Callable,
     plan: DataPlan,
     data_mode: str,
+    draw_truth: PerRepetition | None,
     r: jax.Array,
     data_key: jax.Array,
     noise_key: jax.Array,
@@ -169,6 +211,8 @@ def _repetition(
     noise_key = _as_typed_key(noise_key)
     data_key_r = jax.random.fold_in(data_key, r)
     noise_key_r = jax.random.fold_in(noise_key, r)
+    if draw_truth is not None:
+        truth = draw_truth.draw(jax.random.fold_in(data_key_r, TRUTH_TAG))
     level_keys = jax.vmap(jax.random.fold_in, (None, 0))(noise_key_r, ids)
     params0 = init(jax.random.fold_in(data_key_r, INIT_TAG), truth)
     num_levels = ids.shape[0]
@@ -179,45 +223,33 @@ def _repetition(
     def block(b):
         return simulate(jax.random.fold_in(data_key_r, b), plan.block_size, truth)
 
-    steps = jnp.arange(estimator.num_steps)
     if data_mode == "stream":
-        xs = steps
+        data = block  # batch t generated inside the scan, shared by every level
     else:
         blocks = jax.vmap(block)(jnp.arange(plan.num_blocks))  # leaves (num_blocks, bs, ...)
-        if estimator.batching == "disjoint":
-            xs = (steps, blocks)
-        else:
-            full = jax.tree_util.tree_map(
-                lambda x: x.reshape((plan.num_records,) + x.shape[2:]), blocks
-            )
-            xs = steps
+        data = jax.tree_util.tree_map(
+            lambda x: x.reshape((plan.num_records,) + x.shape[2:]), blocks)
 
-    step_levels = jax.vmap(estimator.step, in_axes=(0, 0, None, 0))
+    def record_step(state, info):
+        return record(state, truth), info.events
+
+    def one_level(level_key, hp, s0):
+        return run(estimator, level_key, data, s0, hp, record_step)[1]
+
+    # The one driver, vmapped over levels: the data (or each streamed batch) do not depend on
+    # the level, so they are computed once for all levels.
+    trace, events = jax.vmap(one_level)(level_keys, hparams, state0)  # leaves (L, T, ...)
     record_levels = jax.vmap(record, in_axes=(0, None))
-
-    def body(states, x):
-        if data_mode == "stream":
-            t = x
-            batch = block(t)
-        elif estimator.batching == "disjoint":
-            t, batch = x
-        else:
-            t, batch = x, full
-        keys_t = jax.vmap(jax.random.fold_in, (0, None))(level_keys, t)
-        new_states, info = step_levels(keys_t, states, batch, hparams)
-        return new_states, (record_levels(new_states, truth), info.events)
-
-    _, (trace, events) = jax.lax.scan(body, state0, xs)  # leaves (T, L, ...)
     rec0 = record_levels(state0, truth)  # (L, ...)
     if not isinstance(rec0, dict):
         raise TypeError("a setting's record must return a dict of named metrics")
     out = jax.tree_util.tree_map(
-        lambda r0, tr: jnp.concatenate([r0[:, None], jnp.swapaxes(tr, 0, 1)], axis=1), rec0, trace
+        lambda r0, tr: jnp.concatenate([r0[:, None], tr], axis=1), rec0, trace
     )
     # The privacy events of every step travel with the metrics (axes (L, T)): the ledgers in
     # the results are composed from the noise the run actually drew.
     for i, leaf in enumerate(jax.tree_util.tree_leaves(events)):
-        out[f"{EVENT_PREFIX}{i}"] = jnp.swapaxes(leaf, 0, 1)
+        out[f"{EVENT_PREFIX}{i}"] = leaf
     return out
 
 
@@ -243,6 +275,7 @@ def make_kernel(
     plan: DataPlan,
     data_mode: Literal["materialize", "stream"] = "materialize",
     num_devices: int = 1,
+    draw_truth: PerRepetition | None = None,
 ) -> Callable:
     """The jitted kernel ``(reps (C,), data_key, noise_key, truth, hparams (L,), ids (L,))`` ->
     record with leading axes ``(C, L, num_steps + 1)``.
@@ -251,13 +284,13 @@ def make_kernel(
     the repetition axis is split over the first ``num_devices`` devices with ``shard_map`` (``C``
     must be a multiple of ``num_devices``).
     """
-    cache_key = (estimator, simulate, init, record, plan, data_mode, num_devices)
+    cache_key = (estimator, simulate, init, record, plan, data_mode, num_devices, draw_truth)
     if cache_key not in _KERNELS:
         _KERNELS[cache_key] = _build_kernel(*cache_key)
     return _KERNELS[cache_key]
 
 
-def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_devices):
+def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_devices, draw_truth):
     if data_mode not in ("materialize", "stream"):
         raise ValueError(f"data_mode must be 'materialize' or 'stream'; got {data_mode!r}")
     if estimator.batching == "disjoint" and plan.num_blocks != estimator.num_steps:
@@ -268,7 +301,8 @@ def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_device
     if data_mode == "stream" and estimator.batching != "disjoint":
         raise ValueError("data_mode='stream' needs an estimator with one disjoint batch per step")
 
-    rep_fn = functools.partial(_repetition, estimator, simulate, init, record, plan, data_mode)
+    rep_fn = functools.partial(_repetition, estimator, simulate, init, record, plan, data_mode,
+                               draw_truth)
 
     def chunk(reps, data_key, noise_key, truth, hparams, ids):
         return jax.vmap(rep_fn, in_axes=(0, None, None, None, None, None))(
@@ -342,7 +376,7 @@ def run_setting(
     devices = max(1, min(devices, chunk_size))
     kernel = make_kernel(
         setting.estimator, setting.simulate, setting.init, setting.record, setting.plan,
-        data_mode, devices,
+        data_mode, devices, setting.draw_truth,
     )
     # Host (NumPy) inputs: valid global values under multi-process JAX as well.
     data_key, noise_key = (
@@ -350,7 +384,7 @@ def run_setting(
     )
     hparams = jax.tree_util.tree_map(np.asarray, setting.hparams(levels))
     ids = setting.level_ids(levels)
-    truth = np.asarray(setting.truth)
+    truth = setting.fixed_truth
     multi = jax.process_count() > 1
     rep_sharding = _rep_sharding(devices)[1] if devices > 1 else None
     # Pad every chunk to a common multiple of the device count: one shape, one compile.
@@ -399,8 +433,9 @@ def run_setting(
 def event_structure(setting: Setting) -> Any:
     """The tree structure of one step's ``info.events`` (kinds, norms: the static part), read
     off the step's abstract evaluation; :func:`split_events` rebuilds events with it."""
+    truth = setting.example_truth()
     data = jax.eval_shape(
-        lambda k: setting.simulate(k, setting.plan.block_size, setting.truth), jax.random.key(0))
+        lambda k: setting.simulate(k, setting.plan.block_size, truth), jax.random.key(0))
     if setting.estimator.batching != "disjoint":
         data = jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct((setting.plan.num_records,) + x.shape[1:], x.dtype),
@@ -409,7 +444,7 @@ def event_structure(setting: Setting) -> Any:
 
     def one(key):
         key_init, key_step = jax.random.split(key)
-        params0 = setting.init(key_init, jnp.asarray(setting.truth))
+        params0 = setting.init(key_init, truth)
         _, info = setting.estimator.step(key_step, setting.estimator.init(params0),
                                          jax.tree_util.tree_map(jnp.zeros_like, data), hp)
         return info.events
@@ -435,7 +470,7 @@ def probe_ledger(setting: Setting, index: int = 0) -> Any:
     from dpjax.base import probe_events
 
     key_data, key_init = jax.random.split(jax.random.key(0))
-    truth = jnp.asarray(setting.truth)
+    truth = setting.example_truth()
     m = (setting.plan.block_size if setting.estimator.batching == "disjoint"
          else setting.plan.num_records)
     block = setting.simulate(key_data, m, truth)
@@ -465,10 +500,10 @@ def study_function(
     (argmax) are piecewise constant.
     """
     kernel = make_kernel(setting.estimator, setting.simulate, setting.init, setting.record,
-                         setting.plan, data_mode, num_devices)
+                         setting.plan, data_mode, num_devices, setting.draw_truth)
     data_key, noise_key = (jax.random.key_data(k) for k in study_keys(seed, setting.key))
     ids = jnp.asarray(setting.level_ids())
-    truth = jnp.asarray(setting.truth)
+    truth = jnp.asarray(setting.fixed_truth)
     idx = jnp.arange(math.ceil(reps / num_devices) * num_devices, dtype=jnp.uint32)
 
     def f(hparams: PyTree) -> PyTree:

@@ -113,6 +113,10 @@ class DPIVHyperparams(NamedTuple):
     gamma2: jax.Array  # () second-stage clipping threshold (l2); inf: none
     delta: jax.Array  # () target delta of the ledger's (epsilon, delta) conversion (accounting)
 
+    # Read by the ledger only (the noise is calibrated in rho): it does not enter a level's
+    # noise key, so adding it left every study's random draws unchanged.
+    ACCOUNTING_ONLY = ("delta",)
+
 
 class DPIVState(NamedTuple):
     theta: jax.Array  # (q, p) first-stage iterate Theta^(t)
