@@ -124,6 +124,8 @@ class Setting:
         hparams_type: the estimator's hyperparameter NamedTuple.
         levels: one dict of hyperparameter values per level (keys: ``hparams_type._fields``).
         n: the nominal number of records (for ledgers).
+        data_group: settings with the same group share their data keys (so every method of
+            a real-data study sees the same per-repetition split); default: the setting's own.
     """
 
     key: str
@@ -137,6 +139,7 @@ class Setting:
     hparams_type: type
     levels: tuple[dict[str, float], ...]
     n: int
+    data_group: str | None = None
 
     @property
     def draw_truth(self) -> PerRepetition | None:
@@ -180,10 +183,14 @@ def setting_id(key: str) -> int:
     return zlib.crc32(key.encode())
 
 
-def study_keys(seed: int, setting_key: str) -> tuple[jax.Array, jax.Array]:
-    """``(data_key, noise_key)`` of a setting: independent across settings and of each other."""
+def study_keys(seed: int, setting_key: str, data_group: str | None = None
+               ) -> tuple[jax.Array, jax.Array]:
+    """``(data_key, noise_key)`` of a setting: independent across settings and of each other;
+    the data key is shared by the settings of one ``data_group``."""
     root = jax.random.fold_in(jax.random.key(seed), setting_id(setting_key))
-    return jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
+    data_root = root if data_group is None else jax.random.fold_in(
+        jax.random.key(seed), setting_id("data:" + data_group))
+    return jax.random.fold_in(data_root, 0), jax.random.fold_in(root, 1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,7 +387,8 @@ def run_setting(
     )
     # Host (NumPy) inputs: valid global values under multi-process JAX as well.
     data_key, noise_key = (
-        np.asarray(jax.random.key_data(k)) for k in study_keys(seed, setting.key)
+        np.asarray(jax.random.key_data(k))
+        for k in study_keys(seed, setting.key, setting.data_group)
     )
     hparams = jax.tree_util.tree_map(np.asarray, setting.hparams(levels))
     ids = setting.level_ids(levels)
@@ -501,7 +509,8 @@ def study_function(
     """
     kernel = make_kernel(setting.estimator, setting.simulate, setting.init, setting.record,
                          setting.plan, data_mode, num_devices, setting.draw_truth)
-    data_key, noise_key = (jax.random.key_data(k) for k in study_keys(seed, setting.key))
+    data_key, noise_key = (jax.random.key_data(k)
+                           for k in study_keys(seed, setting.key, setting.data_group))
     ids = jnp.asarray(setting.level_ids())
     truth = jnp.asarray(setting.fixed_truth)
     idx = jnp.arange(math.ceil(reps / num_devices) * num_devices, dtype=jnp.uint32)

@@ -8,7 +8,9 @@ malignant = 1), or with ``--set dataset=digits`` scikit-learn's handwritten digi
 
 Protocol, per repetition (the paper's where it states it):
 
-1. split the records at random into two halves (training / test);
+1. split the records at random into two halves (training / test), the permutation drawn from the
+   repetition's key (:class:`dpjax.sweep.PerRepetition`: the study runs through the sweep
+   engine like the simulations, with its keys, chunking, resume and ledgers);
 2. scale the features with the mean and standard deviation of the *test* half -- public with
    respect to the training records, so the fit stays DP for them (the paper states no
    preprocessing) -- clip to ``[-clip, clip]`` and divide by ``clip`` (so ``sigma_x = 1``), and
@@ -24,15 +26,19 @@ The paper's ``s`` in {25, 50, 100} exceeds ``d = 31`` here; ``s_grid`` is chosen
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from dpjax import sweep
 from dpjax.algorithms import dp_glm
-from dpjax.models.glm import GLM
+from dpjax.models.glm import GLM, GLMData
 from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, CustomRun, Experiment
+from dpjax.study import ConfigError, Experiment
 from experiments._glm_common import INF, eps_label
 
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "black"]
@@ -72,45 +78,69 @@ def _check(c):
         raise ConfigError("--set T >= 1, eta > 0, clip > 0 and b_constant >= 2 are required")
 
 
-def _prepare(x, y, rng, clip):
-    n_all = x.shape[0]
-    perm = rng.permutation(n_all)
-    train, test = perm[: n_all // 2], perm[n_all // 2:]
-    mu, sd = x[test].mean(axis=0), x[test].std(axis=0)
-    sd = np.where(sd > 0, sd, 1.0)
-    z = np.clip((x - mu) / sd, -clip, clip) / clip
-    z = np.concatenate([z, np.ones((n_all, 1))], axis=1).astype(np.float32)
-    return (z[train], y[train].astype(np.float32)), (z[test], y[test])
+@functools.cache
+def _arrays(name: str) -> tuple[np.ndarray, np.ndarray]:
+    x, y = load(name)
+    return x.astype(np.float32), y.astype(np.float32)
 
 
-def runner(config, *, reps, seed, progress):
-    x, y = load(config["dataset"])
-    model = GLM()
-    root = jax.random.key(seed)
-    rows, meta = [], []
-    for rep in range(reps):
-        rng = np.random.default_rng([seed, rep])
-        (xtr, ytr), (xte, yte) = _prepare(x, y, rng, config["clip"])
-        n, d = xtr.shape
-        for si, s in enumerate(config["s_grid"]):
-            for ri, rule in enumerate(DELTA_RULES):
-                delta = 1.0 / (2 * n) if ri == 0 else 1.0 / n**2
-                for ei, eps in enumerate(config["eps_grid"]):
-                    key = jax.random.fold_in(root, ((rep * 64 + si) * 4 + ri) * 64 + ei)
-                    res = dp_glm.fit_sparse_dp_glm(
-                        key, (xtr, ytr), model, s=s, epsilon=eps, delta=delta,
-                        num_iterations=config["T"], eta=config["eta"],
-                        truncation=config["R"], b_constant=config["b_constant"])
-                    err = float(np.mean((xte @ res.estimate > 0) != (yte > 0.5)))
-                    rows.append({"experiment": "glm_real", "dataset": config["dataset"],
-                                 "method": "alg5", "n": n, "d": d, "s": s, "epsilon": eps,
-                                 "delta_rule": rule, "delta": delta, "rep": rep,
-                                 "error": err, "T": config["T"]})
-                    if rep == 0:
-                        meta.append({"s": s, "epsilon": eps, "delta_rule": rule,
-                                     "ledger": res.ledger.to_dict()})
-    by = ["experiment", "dataset", "method", "n", "d", "s", "epsilon", "delta_rule", "delta"]
-    return CustomRun(rows, [], by, meta)
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Repetition ``r``'s public split, drawn from its key (steps 1-2 of the protocol):
+    ``draw(key) -> (x_train, y_train, x_test, y_test)``, features scaled by the test half."""
+
+    dataset: str
+    clip: float
+
+    def draw(self, key: jax.Array):
+        x, y = (jnp.asarray(a) for a in _arrays(self.dataset))
+        n_all = x.shape[0]
+        perm = jax.random.permutation(key, n_all)
+        train, test = perm[: n_all // 2], perm[n_all // 2:]
+        mu, sd = x[test].mean(axis=0, keepdims=True), x[test].std(axis=0, keepdims=True)
+        sd = jnp.where(sd > 0, sd, 1.0)
+        z = jnp.clip((x - mu) / sd, -self.clip, self.clip) / self.clip
+        z = jnp.concatenate([z, jnp.ones((n_all, 1), z.dtype)], axis=1)
+        return z[train], y[train], z[test], y[test]
+
+
+def _train(key, m, split):
+    del key, m  # the repetition's training half (a public split of fixed data)
+    return GLMData(split[0], split[1])
+
+
+def _zeros(key, split):
+    del key
+    return jnp.zeros(split[0].shape[1], split[0].dtype)  # the paper's beta0 = 0
+
+
+def _test_error(state, split):
+    """Misclassification rate of ``x^T beta > 0`` on the repetition's test half."""
+    x_test, y_test = split[2], split[3]
+    return {"error": jnp.mean(((x_test @ state.beta) > 0) != (y_test > 0.5))}
+
+
+def settings(c):
+    x, _ = _arrays(c["dataset"])
+    n = x.shape[0] // 2
+    d = x.shape[1] + 1  # with the intercept
+    split = sweep.PerRepetition(Split(c["dataset"], c["clip"]).draw)
+    out = []
+    for s in c["s_grid"]:
+        est = dp_glm.noisy_iht(GLM(), s, c["T"], c["b_constant"])
+        for rule, delta in zip(DELTA_RULES, (1.0 / (2 * n), 1.0 / n**2)):
+            levels = tuple(
+                {"epsilon": e, "delta": delta, "eta": c["eta"], "truncation": c["R"],
+                 "rho": dp_glm.calibrate_rho(e, delta, "paper", c["T"])}
+                for e in c["eps_grid"])
+            out.append(sweep.Setting(
+                key=f"alg5,s={s},delta={rule}",
+                columns={"dataset": c["dataset"], "method": "alg5", "n": n, "d": d, "s": s,
+                         "delta_rule": rule, "T": c["T"]},
+                estimator=est, simulate=_train, init=_zeros, record=_test_error, truth=split,
+                plan=sweep.DataPlan(1, n), hparams_type=dp_glm.GLMHyperparams, levels=levels,
+                n=n, data_group="splits"))  # every setting sees the repetition's split
+    return out
 
 
 def plot(iter_rows, summary, c, path):
@@ -139,7 +169,7 @@ EXPERIMENTS = [
         title="DP GLM paper, real-data tables (Alg 5): misclassification vs epsilon and s, "
         "on scikit-learn's breast cancer data (substitute for Swarm)",
         defaults=DEFAULTS,
-        runner=runner,
+        settings=settings,
         quick=QUICK,
         reps=50,
         quick_reps=3,

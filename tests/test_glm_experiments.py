@@ -50,3 +50,25 @@ def test_real_data_config_and_loader():
     assert x.shape == (569, 30) and set(y.tolist()) == {0.0, 1.0}
     with pytest.raises(ConfigError, match="dataset"):
         resolve_config(_exp(glm_real), {"dataset": "swarm"})
+
+
+def test_real_data_runs_through_the_sweep_with_a_split_per_repetition(tmp_path):
+    """glm_real is a sweep study: each repetition's public split comes from its key and is
+    shared by every setting (at epsilon = inf the two delta rules give the same answer), the
+    repetitions differ, and config.json carries ledgers composed from the runs' events."""
+    import json
+    import math
+
+    from dpjax import results
+    from dpjax.study import run_experiment
+
+    run_experiment(_exp(glm_real), tmp_path, reps=2, quick=True, progress=False,
+                   overrides={"s_grid": "5", "T": "5"})
+    rows = results.read_csv(tmp_path / "results.csv")
+    free = {(r["delta_rule"], r["rep"]): r["error"] for r in rows if math.isinf(r["epsilon"])}
+    assert free[("1/(2n)", 0)] == free[("1/n^2", 0)] and free[("1/(2n)", 1)] == free[("1/n^2", 1)]
+    assert free[("1/(2n)", 0)] != free[("1/(2n)", 1)]  # a new split per repetition
+    assert all(0.0 <= r["error"] <= 1.0 for r in rows)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    led = cfg["settings"][0]["levels"][0]["ledger"]
+    assert led["composition"] == "basic" and led["is_private"]
