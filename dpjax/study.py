@@ -354,7 +354,10 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
         for s in settings:
             mode = data_mode
             if mode == "auto":
-                mode = "stream" if s.estimator.batching == "disjoint" else "materialize"
+                # stream where each step's batch is one generated block, else materialise
+                # (base.run splits the data into the steps' disjoint batches)
+                mode = ("stream" if s.estimator.batching == "disjoint"
+                        and s.plan.num_blocks == s.estimator.num_steps else "materialize")
             chunk = chunk_size or _auto_chunk(s, reps, memory_budget_gb * 2**30)
             bounds = sweep.chunk_bounds(reps, chunk)
             store.set_bounds(s.key, bounds)

@@ -300,13 +300,16 @@ def make_kernel(
 def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_devices, draw_truth):
     if data_mode not in ("materialize", "stream"):
         raise ValueError(f"data_mode must be 'materialize' or 'stream'; got {data_mode!r}")
-    if estimator.batching == "disjoint" and plan.num_blocks != estimator.num_steps:
+    if data_mode == "stream" and (estimator.batching != "disjoint"
+                                  or plan.num_blocks != estimator.num_steps):
         raise ValueError(
-            f"an estimator with sample splitting needs one data block per iteration: "
-            f"num_blocks = {plan.num_blocks} but num_steps = {estimator.num_steps}"
-        )
-    if data_mode == "stream" and estimator.batching != "disjoint":
-        raise ValueError("data_mode='stream' needs an estimator with one disjoint batch per step")
+            "data_mode='stream' needs an estimator with one disjoint batch per step and one "
+            f"data block per step: num_blocks = {plan.num_blocks}, num_steps = "
+            f"{estimator.num_steps}, batching = {estimator.batching!r}")
+    if estimator.batching == "disjoint" and plan.num_records < estimator.num_steps:
+        raise ValueError(
+            f"an estimator with sample splitting needs at least one record per iteration: "
+            f"{plan.num_records} records for {estimator.num_steps} iterations")
 
     rep_fn = functools.partial(_repetition, estimator, simulate, init, record, plan, data_mode,
                                draw_truth)

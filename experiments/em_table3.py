@@ -10,8 +10,10 @@ attributes, 212 malignant, 357 benign). Pipeline, as the paper states it:
 3. subtract the overall mean of the 424 records;
 4. split at random into 70% training (297) and 30% test (127).
 
-Steps 2-4 are redrawn in every repetition (the paper does not say; this is the reading that makes
-its "repeat the whole training and testing stages 50 times" vary the data).
+Steps 2-4 are redrawn in every repetition from the repetition's key (the paper does not say; this
+is the reading that makes its "repeat the whole training and testing stages 50 times" vary the
+data): the split is a :class:`dpjax.sweep.PerRepetition` truth shared by every method, and the
+study runs through the sweep engine like the simulations (keys, chunks, resume, ledgers).
 
 Training (stated): Algorithm 3 for ``N0 = 50`` iterations, ``eta = 0.5``,
 ``beta0 = (1/sqrt(30)) 1``, ``delta = 1/(2 n_train)``, ``s_hat in {5, 10, 15}``,
@@ -31,20 +33,20 @@ iterations, no truncation); and, our addition, ``alg3-logn`` with the theory's
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-import zlib
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import base, sweep
+from dpjax import sweep
 from dpjax.algorithms import dp_em
 from dpjax.models import GaussianMixture, GMMData
 from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, CustomRun, Experiment
+from dpjax.study import ConfigError, Experiment
 from experiments._em_common import COLORS, INF, eps_label, final_rows
 
 DEFAULTS = {
@@ -94,43 +96,62 @@ def load_standardised() -> tuple[np.ndarray, np.ndarray]:
     return x, np.asarray(raw.target) == 0
 
 
-def prepare(x: np.ndarray, malignant: np.ndarray, rng: np.random.Generator,
-            num_dropped: int = 145, train_fraction: float = 0.7):
-    """One repetition's data: drop ``num_dropped`` random benign records, centre by the mean
-    of the rest, shuffle, split. Returns ``(x_train, y_train, x_test, y_test)``."""
-    benign = np.flatnonzero(~malignant)
-    keep = np.ones(len(x), bool)
-    keep[rng.choice(benign, num_dropped, replace=False)] = False
-    xk, yk = x[keep], malignant[keep]
-    xk = xk - xk.mean(0)
-    perm = rng.permutation(len(xk))
-    n_train = int(round(train_fraction * len(xk)))
-    tr, te = perm[:n_train], perm[n_train:]
-    return xk[tr], yk[tr], xk[te], yk[te]
+@functools.cache
+def _arrays() -> tuple[np.ndarray, np.ndarray]:
+    x, malignant = load_standardised()
+    return x.astype(np.float32), malignant
 
 
-# --------------------------------------------------------------------------------------------
-# Runner
-# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Repetition ``r``'s public preprocessing, drawn from its key (steps 2-4 above): drop
+    ``num_dropped`` random benign records, centre by the mean of the rest, shuffle, split.
+    ``draw(key) -> (x_train, y_train, x_test, y_test)`` (labels: 1.0 = malignant)."""
+
+    num_dropped: int = 145
+    train_fraction: float = 0.7
+
+    def sizes(self) -> tuple[int, int]:
+        kept = N_RECORDS - self.num_dropped
+        n_train = int(round(self.train_fraction * kept))
+        return n_train, kept - n_train
+
+    def draw(self, key: jax.Array):
+        x, malignant = _arrays()
+        key_drop, key_split = jax.random.split(key)
+        benign = jnp.asarray(np.flatnonzero(~malignant))
+        kept = jnp.concatenate([jnp.asarray(np.flatnonzero(malignant)),
+                                jax.random.permutation(key_drop, benign)[self.num_dropped:]])
+        xk = jnp.asarray(x)[kept]
+        yk = jnp.asarray(malignant, jnp.float32)[kept]
+        xk = xk - xk.mean(axis=0, keepdims=True)
+        perm = jax.random.permutation(key_split, kept.shape[0])
+        n_train, _ = self.sizes()
+        tr, te = perm[:n_train], perm[n_train:]
+        return xk[tr], yk[tr], xk[te], yk[te]
 
 
-@functools.lru_cache(maxsize=32)
-def _batched_fit(estimator):
-    """jit(vmap over repetitions (vmap over levels (run))) -> iterates (R, L, N0, d)."""
-
-    def one(key, x, beta0, hp):
-        _, trace = base.run(estimator, key, GMMData(x), estimator.init(beta0), hp,
-                            record=lambda state, info: (state.beta, info.events))
-        return trace
-
-    over_levels = jax.vmap(one, in_axes=(0, None, None, 0))
-    return jax.jit(jax.vmap(over_levels, in_axes=(0, 0, None, None)))
+def _train(key, m, split):
+    del key, m  # the repetition's training set (a public split of fixed data)
+    return GMMData(split[0])
 
 
-@jax.jit
-def _level_keys(root, reps, ids):
-    per_rep = jax.vmap(jax.random.fold_in, (None, 0))(root, reps)
-    return jax.vmap(jax.vmap(jax.random.fold_in, (None, 0)), (0, None))(per_rep, ids)
+@dataclasses.dataclass(frozen=True)
+class Beta0:
+    """The paper's start ``beta0 = (1/sqrt(d)) 1`` (data-independent)."""
+
+    d: int
+
+    def __call__(self, key, split):
+        del key, split
+        return jnp.full((self.d,), self.d ** -0.5, jnp.float32)
+
+
+def _test_error(state, split):
+    """Misclassification of "malignant iff <x, beta> > 0" on the test set, and the rate free
+    of label switching, ``min(err, 1 - err)``."""
+    err = jnp.mean(((split[2] @ state.beta) > 0) != (split[3] > 0.5))
+    return {"error": err, "error_sym": jnp.minimum(err, 1.0 - err)}
 
 
 def _methods(c, n_train):
@@ -144,60 +165,30 @@ def _methods(c, n_train):
     return out
 
 
-def runner(c, *, reps: int, seed: int, progress: bool = True) -> CustomRun:
-    x, malignant = load_standardised()
-    splits = [prepare(x, malignant, np.random.default_rng([seed, r]), c["num_dropped"],
-                      c["train_fraction"]) for r in range(reps)]
-    x_train = jnp.asarray(np.stack([s[0] for s in splits]), jnp.float32)
-    x_test = np.stack([s[2] for s in splits])
-    y_test = np.stack([s[3] for s in splits])
-    n_train, n_test = x_train.shape[1], x_test.shape[1]
-    d = x.shape[1]
+def settings(c):
+    split = Split(c["num_dropped"], c["train_fraction"])
+    n_train, n_test = split.sizes()
     model = GaussianMixture(c["sigma"])
     T = c["truncation_const"] * dp_em.default_truncation(n_train)
     delta = 1.0 / (2 * n_train)
-    beta0 = jnp.full((d,), 1.0 / math.sqrt(d), jnp.float32)
-    rows, iter_rows, meta = [], [], []
+    out = []
     for method, s_hat, N0, epss in _methods(c, n_train):
         if method == "wang2015":
             est = dp_em.truncated_em(model, s_hat, N0, sample_splitting=False)
         else:
             est = dp_em.hd_dp_em(model, s_hat, N0)
-        levels = [{"epsilon": e, "delta": delta, "eta": c["eta"],
-                   "truncation": T if method != "wang2015" else INF} for e in epss]
-        hp = dp_em.DPEMHyperparams(*(jnp.asarray([lv[f] for lv in levels], jnp.float32)
-                                     for f in dp_em.DPEMHyperparams._fields))
-        ids = [sweep.level_id([lv[f] for f in dp_em.DPEMHyperparams._fields]) for lv in levels]
-        root = jax.random.fold_in(jax.random.key(seed), zlib.crc32(f"{method},{s_hat}".encode()))
-        keys = _level_keys(root, jnp.arange(reps, dtype=jnp.uint32),
-                           jnp.asarray(ids, jnp.uint32))  # (R, L): fold_in(fold_in(root, r), id)
-        betas, events = _batched_fit(est)(keys, x_train, beta0, hp)
-        betas = np.asarray(betas)  # (R, L, N0, d); events: leaves (R, L, N0)
-        pred = np.einsum("rmd,rlnd->rlnm", x_test, betas) > 0  # (R, L, N0, m)
-        err = (pred != y_test[:, None, None, :]).mean(-1)  # (R, L, N0)
-        err0 = float(((x_test @ np.asarray(beta0) > 0) != y_test).mean())
-        for li, lv in enumerate(levels):
-            base_cols = {"experiment": "em_table3", "method": method, "n": n_train,
-                         "n_test": n_test, "d": d, "s": s_hat, "s_hat": s_hat, "N0": N0,
-                         "n0": n_train // N0 if method != "wang2015" else n_train,
-                         "epsilon": lv["epsilon"], "delta": delta, "eta": lv["eta"],
-                         "truncation": lv["truncation"]}
-            for r in range(reps):
-                e = float(err[r, li, -1])
-                rows.append(base_cols | {"rep": r, "error": e,
-                                         "error_sym": min(e, 1.0 - e)})
-                iter_rows.append(base_cols | {"rep": r, "iteration": 0, "error": err0})
-                for t in range(N0):
-                    iter_rows.append(base_cols | {"rep": r, "iteration": t + 1,
-                                                  "error": float(err[r, li, t])})
-            hpl = dp_em.DPEMHyperparams(*(np.asarray(lv[f], np.float64)
-                                          for f in dp_em.DPEMHyperparams._fields))
-            # the first repetition's events (the sensitivity does not depend on the iterate)
-            ev = jax.tree_util.tree_map(lambda a, li=li: np.asarray(a[0, li]), events)
-            meta.append({"method": method, "s_hat": s_hat, "N0": N0, "hparams": lv,
-                         "ledger": est.ledger(n_train, hpl, ev).to_dict()})
-    by = ["experiment", "method", "N0", "s_hat", "epsilon"]
-    return CustomRun(rows, iter_rows, by, meta)
+        levels = tuple({"epsilon": e, "delta": delta, "eta": c["eta"],
+                        "truncation": T if method != "wang2015" else INF} for e in epss)
+        out.append(sweep.Setting(
+            key=f"{method},s_hat={s_hat},N0={N0}",
+            columns={"method": method, "n": n_train, "n_test": n_test, "d": N_FEATURES,
+                     "s": s_hat, "s_hat": s_hat, "N0": N0,
+                     "n0": n_train // N0 if method != "wang2015" else n_train},
+            estimator=est, simulate=_train, init=Beta0(N_FEATURES), record=_test_error,
+            truth=sweep.PerRepetition(split.draw), plan=sweep.DataPlan(1, n_train),
+            hparams_type=dp_em.DPEMHyperparams, levels=levels, n=n_train,
+            data_group="splits"))  # every method sees the repetition's split
+    return out
 
 
 def plot(iter_rows, summary, c, path):
@@ -237,8 +228,9 @@ EXPERIMENTS = [
         name="em_table3",
         title="DP-EM paper, Table 3: Breast Cancer Wisconsin, misclassification of Alg 3",
         defaults=DEFAULTS,
-        runner=runner,
+        settings=settings,
         quick=QUICK,
+        summary_extra=("error_sym",),
         reps=50,
         quick_reps=5,
         plot=plot,

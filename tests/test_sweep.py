@@ -133,9 +133,12 @@ def test_record_must_be_a_dict_of_metrics():
 
 
 def test_stream_mode_needs_disjoint_batches():
-    with pytest.raises(ValueError, match="one data block per iteration"):
+    with pytest.raises(ValueError, match="one data block per step"):
         sweep.make_kernel(dp_em.hd_dp_em(MODEL, S, N0), MODEL.simulate, INIT, RECORD,
-                          sweep.DataPlan(N0 + 1, 10))
+                          sweep.DataPlan(N0 + 1, 10), "stream")
+    with pytest.raises(ValueError, match="at least one record per iteration"):
+        sweep.make_kernel(dp_em.hd_dp_em(MODEL, S, N0), MODEL.simulate, INIT, RECORD,
+                          sweep.DataPlan(1, N0 - 1))
     with pytest.raises(ValueError, match="disjoint batch per step"):
         sweep.make_kernel(dp_em.gradient_em(MODEL, N0, sample_splitting=False), MODEL.simulate,
                           INIT, RECORD, sweep.DataPlan(1, N), "stream")
