@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
@@ -27,7 +27,6 @@ from dpjax.sweep import Setting
 
 __all__ = [
     "ConfigError",
-    "CustomRun",
     "Experiment",
     "StudyOutput",
     "resolve_config",
@@ -50,7 +49,6 @@ class Experiment:
         plot: ``plot(iteration_rows, summary_rows, config, path)`` draws ``figure.png``.
         check: ``check(config)`` raises :class:`ConfigError` for invalid combinations.
         description: longer text for ``dpjax list``.
-        runner: a custom runner instead of ``settings`` (see :class:`CustomRun`).
         summary_extra: other recorded metrics to summarise in ``summary.csv`` besides
             ``error`` (columns ``{name}_mean``, ``{name}_se``, ``{name}_sd``).
         optional: list settings that may be empty (``--set large_n=`` switches that panel
@@ -60,34 +58,16 @@ class Experiment:
     name: str
     title: str
     defaults: Mapping[str, Any]
-    settings: Callable[[Mapping[str, Any]], Sequence[Setting]] | None = None
+    settings: Callable[[Mapping[str, Any]], Sequence[Setting]]
     quick: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     reps: int = 50
     quick_reps: int = 5
     plot: Callable[..., None] | None = None
     check: Callable[[Mapping[str, Any]], None] | None = None
     description: str = ""
-    runner: Callable[..., CustomRun] | None = None
     summary_extra: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        if (self.settings is None) == (self.runner is None):
-            raise ValueError(f"experiment {self.name!r}: give exactly one of settings or runner")
-
-
-class CustomRun(NamedTuple):
-    """What an experiment's own ``runner(config, reps=, seed=, progress=)`` returns.
-
-    For studies that do not fit the simulate -> iterate -> record pattern of the sweep engine
-    (e.g. real data with a train/test split per repetition). The rows must hold the columns of
-    ``results.csv`` (at least ``experiment, method, n, d, s, epsilon, delta, rep, error``).
-    """
-
-    rows: list[dict[str, Any]]
-    iteration_rows: list[dict[str, Any]]
-    by: list[str]  # the columns that identify a (setting, level) for summary.csv
-    settings_meta: list[dict[str, Any]]  # per setting/level: hparams and ledgers
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,18 +262,10 @@ def run_experiment(
         raise ConfigError(f"--chunk-size must be >= 1; got {chunk_size}")
     out = Path(out_dir)
     _check_out_dir(out)
-    traces: dict[str, dict[str, np.ndarray]] = {}
-    if experiment.runner is not None:
-        _make_out_dir(out)
-        custom = experiment.runner(config, reps=reps, seed=seed, progress=progress)
-        rows, iter_rows, setting_meta = custom.rows, custom.iteration_rows, custom.settings_meta
-        by = list(custom.by)
-        fp = results.fingerprint({"experiment": experiment.name, "config": config, "seed": seed})
-    else:
-        rows, iter_rows, by, setting_meta, fp, traces = _run_settings(
-            experiment, config, out, reps, seed, chunk_size, progress, data_mode,
-            memory_budget_gb, num_devices,
-        )
+    rows, iter_rows, by, setting_meta, fp, traces = _run_settings(
+        experiment, config, out, reps, seed, chunk_size, progress, data_mode,
+        memory_budget_gb, num_devices,
+    )
     if jax.process_index() != 0:  # multi-host: process 0 holds the gathered results and writes
         return StudyOutput(out, [], [], [], {}, {})
     summary = results.summarise(rows, by, extra=experiment.summary_extra)
