@@ -64,6 +64,7 @@ from dpjax.mechanisms import (
     no_privacy_event,
     noisy_hard_threshold,
 )
+from dpjax.models.protocol import EMModel
 
 __all__ = [
     "DPEMHyperparams",
@@ -139,7 +140,7 @@ def default_hparams(
 # --------------------------------------------------------------------------------------------
 
 
-def _make_step(model: Any, privatiser: Privatiser, s_hat: int | None):
+def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None):
     def step(key, state: DPEMState, batch, hp: DPEMHyperparams):
         beta = state.beta
         zero = jnp.zeros((), beta.dtype)
@@ -180,7 +181,7 @@ _NAMES = {
 
 @functools.lru_cache(maxsize=512)
 def _build(
-    model: Any,
+    model: EMModel,
     privatiser: Privatiser,
     num_iterations: int,
     s_hat: int | None,
@@ -200,7 +201,7 @@ def _build(
     )
 
 
-def hd_dp_em(model: Any, s_hat: int, num_iterations: int) -> Estimator:
+def hd_dp_em(model: EMModel, s_hat: int, num_iterations: int) -> Estimator:
     """High-dimensional DP-EM with NoisyHT (spec 000 Alg 2; Alg 3/5/6 by ``model``).
 
     Args:
@@ -212,19 +213,19 @@ def hd_dp_em(model: Any, s_hat: int, num_iterations: int) -> Estimator:
     return _build(model, "noisy-ht", num_iterations, s_hat, "disjoint")
 
 
-def ld_dp_em(model: Any, num_iterations: int) -> Estimator:
+def ld_dp_em(model: EMModel, num_iterations: int) -> Estimator:
     """Low-dimensional DP-EM with the classic Gaussian mechanism (spec 000 Alg 4/7/8)."""
     return _build(model, "gaussian", num_iterations, None, "disjoint")
 
 
 def truncated_em(
-    model: Any, s_hat: int, num_iterations: int, sample_splitting: bool = True
+    model: EMModel, s_hat: int, num_iterations: int, sample_splitting: bool = True
 ) -> Estimator:
     """Non-private truncated (top-``s_hat``) gradient EM of Wang et al. (2015), no clipping."""
     return _build(model, "top-s", num_iterations, s_hat, "disjoint" if sample_splitting else "full")
 
 
-def gradient_em(model: Any, num_iterations: int, sample_splitting: bool = True) -> Estimator:
+def gradient_em(model: EMModel, num_iterations: int, sample_splitting: bool = True) -> Estimator:
     """Non-private gradient EM of Balakrishnan et al. (2017), no clipping."""
     return _build(model, "none", num_iterations, None, "disjoint" if sample_splitting else "full")
 
@@ -236,7 +237,7 @@ def gradient_em(model: Any, num_iterations: int, sample_splitting: bool = True) 
 
 def _ledger(
     name: str,
-    model: Any,
+    model: EMModel,
     privatiser: Privatiser,
     N0: int,
     s_hat: int | None,
@@ -277,20 +278,11 @@ def _ledger(
     if release.sensitivity_ratio != 1.0:
         notes.append(f"true/declared sensitivity = {release.sensitivity_ratio:g}: the delivered "
                      "guarantee uses the true one")
-    notes.extend(getattr(model, "ledger_notes", ()))
+    notes.extend(model.ledger_notes)
     return Ledger.build(
-        name, [release], "parallel", variant=_variant(model), requested=ApproxDP(eps, delta),
+        name, [release], "parallel", variant=model.variant, requested=ApproxDP(eps, delta),
         notes=notes,
     )
-
-
-def _variant(model: Any) -> str:
-    """The model's variant label: its own ``variant`` if it has one, else from ``weights``."""
-    if hasattr(model, "variant"):
-        return model.variant
-    if getattr(model, "weights", "exact") == "paper":
-        return "paper-literal posterior weights (spec 000 A1: biased, still DP)"
-    return "corrected"
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,7 +294,7 @@ def _fit(
     privatiser: Privatiser,
     key: Any,
     data: Any,
-    model: Any,
+    model: EMModel,
     *,
     beta0: Any,
     epsilon: Any,
@@ -350,7 +342,7 @@ def _fit(
         )
     hp = default_hparams(n, eps, delta, eta, truncation)
     res = fit(estimator, key, data, beta0, hp, n=n)
-    if privatiser in ("noisy-ht", "gaussian") and hasattr(model, "ex_post_notes"):
+    if privatiser in ("noisy-ht", "gaussian"):
         # Facts computed from the public iterates beta^0 .. beta^{N0-1} (post-processing).
         used = np.concatenate([np.asarray(beta0, np.float64)[None], res.trace[:-1]], axis=0)
         extra = model.ex_post_notes(used, float(truncation), float(eps), float(delta))
@@ -362,7 +354,7 @@ def _fit(
 def fit_hd_dp_em(
     key: Any,
     data: Any,
-    model: Any,
+    model: EMModel,
     *,
     s_hat: int,
     beta0: Any,
@@ -400,7 +392,7 @@ def fit_hd_dp_em(
 def fit_ld_dp_em(
     key: Any,
     data: Any,
-    model: Any,
+    model: EMModel,
     *,
     beta0: Any,
     epsilon: Any,
@@ -417,7 +409,7 @@ def fit_ld_dp_em(
 
 def fit_truncated_em(
     data: Any,
-    model: Any,
+    model: EMModel,
     *,
     s_hat: int,
     beta0: Any,
@@ -436,7 +428,7 @@ def fit_truncated_em(
 
 def fit_gradient_em(
     data: Any,
-    model: Any,
+    model: EMModel,
     *,
     beta0: Any,
     num_iterations: int,
@@ -456,7 +448,7 @@ def fit_gradient_em(
 # --------------------------------------------------------------------------------------------
 
 
-def _example(model: Any, d: int, seed: int) -> registry.Example:
+def _example(model: EMModel, d: int, seed: int) -> registry.Example:
     from dpjax.models import sparse_unit_beta
 
     n, s = 400, 2

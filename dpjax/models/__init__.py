@@ -5,9 +5,11 @@ from dpjax.models.glm import GLM, GLMData, sparse_sphere_beta, sphere_beta
 from dpjax.models.gmm import GaussianMixture, GMMData, sparse_unit_beta
 from dpjax.models.iv import IVData, IVParameters, LinearIV
 from dpjax.models.mor import MixtureOfRegressions, MoRData
+from dpjax.models.protocol import EMModel
 from dpjax.models.rmc import RegressionMissingCovariates, RMCData
 
 __all__ = [
+    "EMModel",
     "GLM",
     "GLMData",
     "GMMData",

@@ -100,6 +100,21 @@ class GaussianMixture:
 
     sensitivity_formula = "2*T/n0"
 
+    @property
+    def variant(self) -> str:
+        if self.weights == "paper":
+            return "paper-literal posterior weights (spec 000 A1: biased, still DP)"
+        return "corrected"
+
+    @property
+    def ledger_notes(self) -> tuple[str, ...]:
+        return ()
+
+    def ex_post_notes(self, iterates, truncation, epsilon, delta) -> list[str]:
+        """None: the declared bound holds for every iterate."""
+        del iterates, truncation, epsilon, delta
+        return []
+
     def dummy_batch(self, n: int, d: int) -> GMMData:
         """An all-zero batch of the right structure (for reading off data-free quantities)."""
         return GMMData(jnp.zeros((n, d)))

@@ -111,6 +111,12 @@ class MixtureOfRegressions:
         return ("the 2w statistic's exact sensitivity equals the declared 4*eta*T^2/n0 "
                 "(approached as y -> inf, <x, beta> -> 0+), so the printed calibration holds",)
 
+
+    def ex_post_notes(self, iterates, truncation, epsilon, delta) -> list[str]:
+        """None: the declared bound holds for every iterate (module docstring)."""
+        del iterates, truncation, epsilon, delta
+        return []
+
     # -- simulation ---------------------------------------------------------------------------
 
     def simulate(self, key: jax.Array, n: int, beta: jax.Array) -> MoRData:

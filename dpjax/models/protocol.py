@@ -1,0 +1,64 @@
+"""What the DP-EM algorithms call on a model: a typed protocol (no duck typing by ``hasattr``).
+
+Every model of the EM family (:class:`~dpjax.models.GaussianMixture`,
+:class:`~dpjax.models.MixtureOfRegressions`, :class:`~dpjax.models.RegressionMissingCovariates`)
+implements it; ``tests/test_models_protocol.py`` checks them against it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+import numpy as np
+
+from dpjax.mechanisms import BoundedStatistic
+
+__all__ = ["EMModel"]
+
+
+@runtime_checkable
+class EMModel(Protocol):
+    """A latent-variable model for (DP) gradient EM (spec 000).
+
+    Attributes:
+        name: short name for estimator names and results.
+        sensitivity_formula: the declared sensitivity of :meth:`truncated_gradient` as a
+            formula (ledger text; the number comes from the statistic itself).
+        variant: ``"corrected"`` or a ``"paper-literal: ..."`` label.
+        ledger_notes: caveats the ledger prints.
+    """
+
+    name: str
+    sensitivity_formula: str
+
+    @property
+    def variant(self) -> str: ...
+
+    @property
+    def ledger_notes(self) -> tuple[str, ...]: ...
+
+    def simulate(self, key: jax.Array, n: int, beta: jax.Array) -> Any:
+        """``n`` records from the model at ``beta``."""
+
+    def gradient(self, beta: jax.Array, data: Any) -> jax.Array:
+        """Non-private ``grad Q_n(beta; beta)`` (no truncation)."""
+
+    def truncated_gradient(self, beta: jax.Array, data: Any, truncation: Any
+                           ) -> BoundedStatistic:
+        """The truncated statistic with its l-infinity replace-one sensitivity, finite and
+        inside its bound for every record (issue 11)."""
+
+    def dummy_batch(self, n: int, d: int) -> Any:
+        """An all-zero batch of the right structure."""
+
+    def validate_data(self, data: Any) -> Any:
+        """Check a data set at the public boundary."""
+
+    def num_records(self, data: Any) -> int: ...
+
+    def dim(self, data: Any) -> int: ...
+
+    def ex_post_notes(self, iterates: np.ndarray, truncation: float, epsilon: float,
+                      delta: float) -> list[str]:
+        """Facts read off the released iterates after a fit (post-processing); ``[]`` if none."""
