@@ -147,3 +147,18 @@ def test_ledger_delivers_the_requested_budget(case, key):
         assert delivered == pytest.approx(value, rel=1e-5)
     json_ready = led.to_dict()
     assert json_ready["estimator"] == case.estimator.name
+
+
+@pytest.mark.parametrize("level", [1e-8, 1e-6, 1e6, 1e8], ids=lambda v: f"level={v:g}")
+def test_extreme_budgets_give_finite_results(case, key, level):
+    """epsilon from 1e-6 to 1e6 and rho from 1e-8 to 1e8 (the level is epsilon or rho): the noise scale does
+    not overflow, and every iterate, diagnostic and event of the run is finite or, for a
+    non-private release's event, explicitly unbounded."""
+    est = case.estimator
+    final, (diag, events) = jax.jit(base.run, static_argnums=(0, 5))(
+        est, key, case.data, est.init(case.params0), case.hparams(level),
+        lambda state, info: (info._replace(events=()), info.events))
+    for x in jax.tree_util.tree_leaves((final, diag)):
+        assert np.isfinite(np.asarray(x)).all()
+    for ev in jax.tree_util.tree_leaves(events, is_leaf=lambda x: hasattr(x, "kind")):
+        assert ev.kind == "none" or np.isfinite(np.asarray(ev.scale)).all()
