@@ -14,10 +14,12 @@ Modules:
 
 from importlib import metadata as _metadata
 
-from dpjax import accounting, algorithms, base, mechanisms, models
+from dpjax import _checkout, accounting, algorithms, base, mechanisms, models
 from dpjax.accounting import ZCDP, ApproxDP, Ledger
 from dpjax.base import Estimator, run
 from dpjax.mechanisms import BoundedStatistic
+
+_checkout.install(__path__[0])  # dpjax.experiments of a source checkout (see dpjax._checkout)
 
 try:  # one place for the version: pyproject.toml
     __version__ = _metadata.version("dpjax")
