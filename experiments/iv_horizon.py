@@ -137,7 +137,7 @@ def plot(iter_rows, summary, c: HorizonConfig, path):
     panels = [Panel(title, curves, x="T", xlabel="T", logx=True)
               for title, curves in c.panels()]
     plot_panels(final_rows(iter_rows), panels, path, ylabel="mean ||beta^(T) - beta||_2",
-                suptitle=(f"{c.title}, n = {c.n}, p = q = r = {c.dim}, {c.calibration} "
+                suptitle=(f"{c.title}\nn = {c.n}, p = q = r = {c.dim}, {c.calibration} "
                           f"calibration, c0 = {c.clip_const:g}; error bars: 1 s.e."))
 
 
