@@ -41,9 +41,9 @@ def _peak_rss_mb() -> float:
 
 def _setting(n=N, d=D, s=S, eps=EPS):
     from dpjax.algorithms import dp_em
+    from dpjax.experiments._em_common import BetaError, InitNearTruth
     from dpjax.models import GaussianMixture, sparse_unit_beta
     from dpjax.sweep import DataPlan, Setting
-    from experiments._em_common import BetaError, InitNearTruth
 
     model = GaussianMixture(0.5)
     N0 = dp_em.default_num_iterations(n)

@@ -42,20 +42,31 @@ def enable_compile_cache(cache_dir: str | None = None) -> str:
 
 def _registry():
     try:
-        from experiments import registry
-    except ImportError as exc:  # pragma: no cover - experiments ships with the package
+        from dpjax.experiments import registry
+    except ImportError as exc:  # pragma: no cover - dpjax.experiments ships with the package
         raise SystemExit(f"dpjax: the experiments package is not importable: {exc}") from exc
     return registry()
 
 
 def _parse_set(items: list[str]) -> dict[str, str]:
+    from dpjax.study import ConfigError
+
     out: dict[str, str] = {}
     for item in items:
         if "=" not in item:
-            raise SystemExit(f"dpjax: error: --set expects key=value, got {item!r}")
+            raise ConfigError(f"--set: expected KEY=VALUE; got {item!r}")
         k, v = item.split("=", 1)
         out[k.strip()] = v.strip()
     return out
+
+
+def _experiment_help(argv: list[str]) -> str | None:
+    """For ``dpjax run NAME --help``: the settings of experiment NAME (else None)."""
+    if argv[:1] != ["run"] or not ({"-h", "--help"} & set(argv)):
+        return None
+    reg = _registry()
+    name = next((a for a in argv[1:] if a in reg), None)
+    return reg[name].help_text() if name is not None else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,13 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dpjax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the experiments")
-    run = sub.add_parser("run", help="run an experiment and write its results files")
+    run = sub.add_parser("run", help="run an experiment and write its results files",
+                         epilog=_experiment_help(argv),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("name", help="experiment name (see 'dpjax list')")
     run.add_argument("--out", required=True, help="output directory (a rerun resumes there)")
     run.add_argument("--reps", type=int, default=None, help="number of repetitions")
     run.add_argument("--seed", type=int, default=0, help="study seed (default 0)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a configuration value (repeatable)")
+                     help="override a configuration value (repeatable; 'dpjax run NAME "
+                     "--help' lists the settings of NAME)")
     run.add_argument("--chunk-size", type=int, default=None,
                      help="repetitions per compiled call (default: fit a 2 GB budget)")
     run.add_argument("--quick", action="store_true", help="a reduced run (under a minute)")
@@ -112,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dpjax: error: unknown experiment {args.name!r}; available: "
               f"{', '.join(sorted(reg))}", file=sys.stderr)
         return 2
-    if args.command == "plot":
-        print(f"wrote {replot(reg[args.name], args.out)}")
-        return 0
     try:
+        if args.command == "plot":
+            print(f"wrote {replot(reg[args.name], args.out)}")
+            return 0
         out = run_experiment(
             reg[args.name], args.out, reps=args.reps, seed=args.seed,
             overrides=_parse_set(args.set), chunk_size=args.chunk_size, quick=args.quick,

@@ -10,27 +10,49 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Curve", "Panel", "curve_stats", "plot_panels"]
+__all__ = ["Curve", "Mark", "Panel", "curve_stats", "plot_panels"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Curve:
-    """Rows matching ``where`` (column -> value), drawn as mean +- standard error by ``x``."""
+    """Rows matching ``where`` (column -> value), drawn as mean +- standard error by ``x``.
+
+    ``x`` and ``y`` override the panel's x column and the figure's y column for this curve.
+    """
 
     label: str
     where: Mapping[str, Any]
     color: str | None = None
     linestyle: str = "-"
     marker: str | None = None
+    x: str | None = None
+    y: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """A reference line across a panel: vertical at x = ``value`` (``axis="x"``) or horizontal
+    at y = ``value`` (``axis="y"``)."""
+
+    value: float
+    label: str | None = None
+    axis: str = "x"
+    color: str = "gray"
+    linestyle: str = "--"
 
 
 @dataclasses.dataclass(frozen=True)
 class Panel:
+    """One axes. ``logy`` and ``ylabel`` override the figure's for this panel."""
+
     title: str
     curves: Sequence[Curve]
     x: str = "iteration"
     xlabel: str = "iteration t"
     logx: bool = False
+    logy: bool | None = None
+    ylabel: str | None = None
+    marks: Sequence[Mark] = ()
 
 
 def _match(row: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
@@ -78,16 +100,21 @@ def plot_panels(
     ncols = ncols or min(len(panels), 4)
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows), squeeze=False)
-    for ax, panel in zip(axes.ravel(), panels):
+    for i, (ax, panel) in enumerate(zip(axes.ravel(), panels)):
         for c in panel.curves:
-            xs, m, se = curve_stats(rows, c.where, panel.x, y)
+            xs, m, se = curve_stats(rows, c.where, c.x or panel.x, c.y or y)
             if xs.size == 0:
                 continue
             ax.errorbar(xs, m, yerr=se, label=c.label, color=c.color, linestyle=c.linestyle,
                         marker=c.marker, markersize=3, capsize=2, linewidth=1.3)
+        for mk in panel.marks:
+            line = ax.axvline if mk.axis == "x" else ax.axhline
+            line(mk.value, color=mk.color, linestyle=mk.linestyle, linewidth=0.8, label=mk.label)
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel(panel.xlabel)
-        if logy:
+        if panel.ylabel is not None or i == 0:
+            ax.set_ylabel(panel.ylabel if panel.ylabel is not None else ylabel)
+        if logy if panel.logy is None else panel.logy:
             ax.set_yscale("log")
         if panel.logx:
             ax.set_xscale("log")
@@ -96,7 +123,6 @@ def plot_panels(
         ax.legend(fontsize=6 if many else 7, ncol=2 if many else 1, framealpha=0.6)
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)
-    axes[0, 0].set_ylabel(ylabel)
     if suptitle:
         fig.suptitle(suptitle, fontsize=11)
     fig.tight_layout()

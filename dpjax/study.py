@@ -23,6 +23,7 @@ import numpy as np
 
 from dpjax import results, sweep
 from dpjax._validate import ConfigError
+from dpjax.config import Config, make_config
 from dpjax.sweep import Setting
 
 __all__ = [
@@ -41,33 +42,55 @@ class Experiment:
     Attributes:
         name: the command-line name (``dpjax run NAME``).
         title: one line: what it reproduces.
-        defaults: the configuration with typed defaults (int, float, str, bool, or tuples of
-            numbers); ``--set key=value`` overrides them, checked against these types.
+        defaults: the default configuration, an instance of the experiment's
+            :class:`~dpjax.config.Config` dataclass (whose fields declare their types and
+            ranges); ``--set key=value`` overrides it. (A plain mapping of typed defaults is
+            accepted too, for an ad-hoc study: see :func:`dpjax.config.make_config`.)
         settings: ``settings(config) -> [Setting, ...]``.
-        quick: overrides applied by ``--quick`` (a reduced run under a minute on 2 CPU cores).
+        quick: the configuration of ``--quick`` (a reduced run under a minute on 2 CPU cores):
+            ``dataclasses.replace(defaults, ...)`` (or a mapping of the values it changes);
+            ``None``: the defaults.
         reps, quick_reps: default repetitions.
         plot: ``plot(iteration_rows, summary_rows, config, path)`` draws ``figure.png``.
-        check: ``check(config)`` raises :class:`ConfigError` for invalid combinations.
         description: longer text for ``dpjax list``.
         summary_extra: other recorded metrics to summarise in ``summary.csv`` besides
             ``error`` (columns ``{name}_mean``, ``{name}_se``, ``{name}_sd``).
-        optional: list settings that may be empty (``--set large_n=`` switches that panel
-            off); every other list needs at least one value.
     """
 
     name: str
     title: str
-    defaults: Mapping[str, Any]
-    settings: Callable[[Mapping[str, Any]], Sequence[Setting]]
-    quick: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    defaults: Config
+    settings: Callable[[Config], Sequence[Setting]]
+    quick: Config | None = None
     reps: int = 50
     quick_reps: int = 5
     plot: Callable[..., None] | None = None
-    check: Callable[[Mapping[str, Any]], None] | None = None
     description: str = ""
     summary_extra: tuple[str, ...] = ()
-    optional: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.defaults, Config):
+            if not isinstance(self.defaults, Mapping):
+                raise TypeError(f"experiment {self.name!r}: defaults must be a "
+                                "dpjax.config.Config")
+            object.__setattr__(self, "defaults", make_config(f"{self.name}_config",
+                                                             self.defaults))
+        if self.quick is not None and not isinstance(self.quick, Config):
+            object.__setattr__(self, "quick", dataclasses.replace(self.defaults, **self.quick))
+        if self.quick is not None and type(self.quick) is not type(self.defaults):
+            raise TypeError(f"experiment {self.name!r}: quick must be a "
+                            f"{type(self.defaults).__name__} (dataclasses.replace(defaults))")
+
+    @property
+    def config_type(self) -> type[Config]:
+        """The experiment's configuration dataclass."""
+        return type(self.defaults)
+
+    def help_text(self) -> str:
+        """The settings of ``--set``, for ``dpjax run NAME --help``."""
+        return (f"settings of {self.name} (--set KEY=VALUE, repeatable;\n"
+                "a list is comma-separated; an empty value is the empty list):\n"
+                + self.defaults.help_text(self.quick))
 
 
 # --------------------------------------------------------------------------------------------
@@ -75,74 +98,16 @@ class Experiment:
 # --------------------------------------------------------------------------------------------
 
 
-def _parse(name: str, raw: str, default: Any) -> Any:
-    def fail(kind: str) -> ConfigError:
-        return ConfigError(f"--set {name}: expected {kind}, got {raw!r}")
-
-    if isinstance(default, bool):
-        low = raw.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise fail("true or false")
-    if isinstance(default, int):
-        try:
-            return int(raw)
-        except ValueError:
-            raise fail("an integer") from None
-    if isinstance(default, float):
-        try:
-            value = float(raw)
-        except ValueError:
-            raise fail("a number") from None
-        if math.isnan(value):
-            raise fail("a number (not NaN)")
-        return value
-    if isinstance(default, tuple):
-        # An empty value ("--set large_n=") is the empty list: it switches a panel off where
-        # the experiment allows it (its check says so otherwise).
-        elem = default[0] if default else 0.0
-        kind = "integers" if isinstance(elem, int) else "numbers"
-        parts = [p for p in raw.replace(" ", "").split(",") if p]
-        if not parts and raw.strip():
-            raise fail(f"a comma-separated list of {kind}")
-        try:
-            values = tuple(int(p) if isinstance(elem, int) else float(p) for p in parts)
-        except ValueError:
-            raise fail(f"a comma-separated list of {kind}") from None
-        if any(math.isnan(v) for v in values):
-            raise fail(f"a comma-separated list of {kind} (no NaN)")
-        return values
-    if isinstance(default, str):
-        return raw
-    raise ConfigError(f"--set {name}: this setting cannot be changed from the command line")
-
-
 def resolve_config(
     experiment: Experiment,
     overrides: Mapping[str, Any] | None = None,
     quick: bool = False,
-) -> dict[str, Any]:
-    """Defaults, then the ``--quick`` overrides, then ``overrides`` (strings or typed values)."""
-    config = dict(experiment.defaults)
-    if quick:
-        config.update(experiment.quick)
-    for name, value in (overrides or {}).items():
-        if name not in experiment.defaults:
-            valid = ", ".join(sorted(experiment.defaults))
-            raise ConfigError(
-                f"--set {name}: unknown setting for experiment {experiment.name!r}; "
-                f"valid settings: {valid}"
-            )
-        default = experiment.defaults[name]
-        config[name] = _parse(name, value, default) if isinstance(value, str) else value
-        if config[name] == () and default != () and name not in experiment.optional:
-            raise ConfigError(f"--set {name}: needs at least one value (this panel cannot be "
-                              "switched off)")
-    if experiment.check is not None:
-        experiment.check(config)
-    return config
+) -> Config:
+    """The defaults (or the ``--quick`` configuration), then ``overrides`` (``--set`` strings
+    or typed values), validated: raises :class:`ConfigError` naming the setting and its
+    allowed values."""
+    base = experiment.quick if quick and experiment.quick is not None else experiment.defaults
+    return base.with_overrides(overrides or {}, experiment=experiment.name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,7 +123,7 @@ class StudyOutput:
     rows: list[dict[str, Any]]
     iteration_rows: list[dict[str, Any]]
     summary: list[dict[str, Any]]
-    config: dict[str, Any]
+    config: dict[str, Any]  # what config.json holds (the configuration under "config")
     traces: dict[str, dict[str, np.ndarray]]
 
 
@@ -275,7 +240,7 @@ def run_experiment(
     meta = {
         "experiment": experiment.name,
         "title": experiment.title,
-        "config": config,
+        "config": config.to_dict(),
         "reps": reps,
         "seed": seed,
         "quick": quick,
@@ -296,8 +261,8 @@ def replot(experiment: Experiment, out_dir: str | os.PathLike) -> Path:
     out = Path(out_dir)
     if experiment.plot is None:
         raise ValueError(f"experiment {experiment.name!r} has no figure")
-    config = json.loads((out / "config.json").read_text())["config"]
-    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+    saved = json.loads((out / "config.json").read_text())["config"]
+    config = experiment.defaults.with_overrides(saved, experiment=experiment.name)
     experiment.plot(results.read_csv(out / "iterations.csv"), results.read_csv(out / "summary.csv"),
                     config, out / "figure.png")
     return out / "figure.png"
@@ -311,7 +276,7 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
         raise ValueError(f"experiment {experiment.name!r} has duplicate setting keys")
     # Everything that changes results (not reps or chunking, which only add or split work).
     fp = results.fingerprint(
-        {"experiment": experiment.name, "config": config, "seed": seed, "format": 2,
+        {"experiment": experiment.name, "config": config.to_dict(), "seed": seed, "format": 2,
          "settings": [[s.key, s.columns, list(s.levels)] for s in settings]}
     )
     _check_memory(settings)

@@ -1,7 +1,11 @@
-"""Reproductions of the papers' figures and tables, one module per figure or table.
+"""``dpjax.experiments``: reproductions of the papers' figures and tables.
 
-Each module defines ``EXPERIMENTS``: a list of :class:`dpjax.study.Experiment`. Run them with
+Each module defines ``EXPERIMENTS``: a list of :class:`dpjax.study.Experiment` (one module may
+register several, e.g. ``iv_horizon``: ``iv_fig4`` and ``iv_fig6``). Run them with
 ``dpjax run NAME --out DIR``; list them with ``dpjax list``.
+
+The package lives in the repository's ``experiments/`` directory; it is installed (and, in a
+source checkout, imported) as ``dpjax.experiments``.
 """
 
 from __future__ import annotations

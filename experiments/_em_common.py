@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from dpjax.algorithms import dp_em
+from dpjax.config import Config, ConfigError, param
+from dpjax.experiments._common import COLORS, INF, eps_label
 from dpjax.plotting import Curve, Panel
-from dpjax.study import ConfigError
 from dpjax.sweep import DataPlan, Setting
-
-INF = math.inf
-COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,21 +38,6 @@ class BetaError:
         return {"error": jnp.linalg.norm(state.beta - truth)}
 
 
-def eps_label(e: float) -> str:
-    return "non-private (eps=inf)" if math.isinf(e) else f"eps={e:g}"
-
-
-def final_rows(iter_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The last recorded iteration of every (setting, level, repetition) of ``iterations.csv``
-    rows (what a figure against n or d plots)."""
-    last: dict[tuple, dict[str, Any]] = {}
-    for r in iter_rows:
-        key = tuple(sorted((k, v) for k, v in r.items() if k not in ("iteration", "error")))
-        if key not in last or r["iteration"] > last[key]["iteration"]:
-            last[key] = dict(r)
-    return list(last.values())
-
-
 def level(epsilon: float, n: int, eta: float, truncation: float) -> dict[str, float]:
     """A DP-EM hyperparameter level with ``delta = 1/(2n)`` (spec 000 §4)."""
     return {"epsilon": epsilon, "delta": 1.0 / (2 * n), "eta": eta, "truncation": truncation}
@@ -65,18 +48,35 @@ def level(epsilon: float, n: int, eta: float, truncation: float) -> dict[str, fl
 # --------------------------------------------------------------------------------------------
 
 
-def hd_check(c: Mapping[str, Any]) -> None:
-    """Validate the configuration of the three-panel design (raises :class:`ConfigError`)."""
-    if c["d"] < max(*c["s_grid"], c["s_base"]):
-        raise ConfigError("--set d: d must be at least the largest sparsity in s_grid/s_base")
-    if any(e <= 0 for e in c["eps_grid"]):
-        raise ConfigError("--set eps_grid: every epsilon must be > 0")
-    if c["eps_base"] <= 0:
-        raise ConfigError("--set eps_base: epsilon must be > 0")
-    if any(n < 20 for n in (*c["n_grid"], *c.get("large_n", ()), c["n_base"])):
-        raise ConfigError("--set n_grid/large_n/n_base: n must be at least 20")
-    if c["sigma"] <= 0 or c["eta"] <= 0 or c["truncation_const"] <= 0:
-        raise ConfigError("--set sigma/eta/truncation_const: must be > 0")
+@dataclasses.dataclass(frozen=True)
+class HDConfig(Config):
+    """The three-panel design of Figures 1 and 4 (the defaults: Figure 1's)."""
+
+    d: int = param(1000, ge=1, doc="dimension of beta*")
+    sigma: float = param(0.5, gt=0, doc="noise standard deviation")
+    eta: float = param(0.5, gt=0, doc="step size")
+    n_grid: tuple[int, ...] = param((4000, 5000, 6000), ge=20,
+                                    doc="panel (a): the sample sizes (at s_base, eps_base)")
+    s_grid: tuple[int, ...] = param((5, 10, 15), ge=1,
+                                    doc="panel (b): the sparsities s* (at n_base, eps_base)")
+    eps_grid: tuple[float, ...] = param((0.3, 0.5, 0.8), gt=0,
+                                        doc="panel (c): the epsilons (at n_base, s_base)")
+    n_base: int = param(4000, ge=20, doc="the sample size of panels (b) and (c)")
+    s_base: int = param(10, ge=1, doc="the sparsity s* of panels (a), (c) and (d)")
+    eps_base: float = param(0.5, gt=0, doc="the epsilon of panels (a), (b) and (d)")
+    large_n: tuple[int, ...] = param(
+        (20000, 50000, 100000, 200000), ge=20, allow_empty=True,
+        doc="panel (d), added: larger sample sizes; empty switches the panel off")
+    truncation_const: float = param(1.0, gt=0,
+                                    doc="truncation level T = truncation_const sqrt(log n)")
+    init_radius: float = param(0.125, ge=0,
+                               doc="start at distance init_radius ||beta*|| from beta*")
+
+    def check(self) -> None:
+        largest = max(*self.s_grid, self.s_base)
+        if self.d < largest:
+            raise ConfigError(f"--set d: must be >= the largest sparsity of s_grid and s_base "
+                              f"({largest}); got {self.d}")
 
 
 def hd_pairs(c: Mapping[str, Any]) -> dict[tuple[int, int], set[float]]:
@@ -118,13 +118,10 @@ def hd_panels(c: Mapping[str, Any]) -> list[Panel]:
     def ls(e):
         return "-" if math.isfinite(e) else "--"
 
-    def short(e):  # compact legend entries where the curve label already names n or s*
-        return "non-private" if math.isinf(e) else f"eps={e:g}"
-
-    pa = [Curve(f"n={n}, {short(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
+    pa = [Curve(f"n={n}, {eps_label(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
                 COLORS[i % 6], ls(e))
           for i, n in enumerate(c["n_grid"]) for e in (c["eps_base"], INF)]
-    pb = [Curve(f"s*={s}, {short(e)}", {"n": c["n_base"], "s": s, "epsilon": e},
+    pb = [Curve(f"s*={s}, {eps_label(e)}", {"n": c["n_base"], "s": s, "epsilon": e},
                 COLORS[i % 6], ls(e))
           for i, s in enumerate(c["s_grid"]) for e in (c["eps_base"], INF)]
     pc = [Curve(eps_label(e), {"n": c["n_base"], "s": c["s_base"], "epsilon": e},
@@ -136,7 +133,7 @@ def hd_panels(c: Mapping[str, Any]) -> list[Panel]:
         Panel(f"(c) n={c['n_base']}, s*={c['s_base']}: varying eps", pc),
     ]
     if c.get("large_n"):
-        pd = [Curve(f"n={n}, {short(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
+        pd = [Curve(f"n={n}, {eps_label(e)}", {"n": n, "s": c["s_base"], "epsilon": e},
                     COLORS[i % 6], ls(e))
               for i, n in enumerate(c["large_n"]) for e in (c["eps_base"], INF)]
         panels.append(Panel(f"(d) added: larger n, s*={c['s_base']}, eps={c['eps_base']:g}", pd))

@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from dpjax.models.glm import sparse_sphere_beta
-
-INF = math.inf
-
-
-@dataclasses.dataclass(frozen=True)
-class ZeroInit:
-    """``beta0 = 0`` (every experiment of the paper): data-independent."""
-
-    def __call__(self, key: jax.Array, truth: jax.Array) -> jax.Array:
-        del key
-        return jnp.zeros_like(truth)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +33,3 @@ def truth(seed: int, d: int, s: int | None = None) -> np.ndarray:
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), d), s)
     return np.asarray(sparse_sphere_beta(key, d, s))
 
-
-def eps_label(e: float) -> str:
-    return "non-private" if math.isinf(e) else f"eps={e:g}"

@@ -28,23 +28,23 @@ import numpy as np
 
 from dpjax.algorithms import dp_iv
 from dpjax.base import Estimator, probe_events
+from dpjax.config import Config, param
+from dpjax.experiments._common import INF
+from dpjax.experiments._common import ZeroInit as _ZeroInit
 from dpjax.models.iv import IVData, LinearIV, two_stage_least_squares
 from dpjax.sweep import DataPlan, Setting
 
-INF = math.inf
 DELTA = 1e-5  # the paper's delta for the (epsilon, delta) display (Sec 4, footnote 3)
 
 
-def check_delta(c) -> None:
-    """The ``delta`` setting of every IV experiment: the target delta of the ledger's
-    (epsilon, delta) conversion."""
-    from dpjax.study import ConfigError
+@dataclasses.dataclass(frozen=True)
+class IVConfig(Config):
+    """The setting every IV experiment has (its configuration derives from this)."""
 
-    d = c["delta"]
-    if not (isinstance(d, float) and 0.0 < d < 1.0):
-        raise ConfigError(f"--set delta: must lie in (0, 1); got {d!r}")
-COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
-          "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
+    delta: float = param(DELTA, gt=0, lt=1,
+                         doc="target delta of the ledger's (epsilon, delta) conversion")
+
+
 LINESTYLES = ["-", "--", ":"]
 
 
@@ -108,16 +108,9 @@ class IVRecord:
         }
 
 
-@dataclasses.dataclass(frozen=True)
-class ZeroInit:
-    """The paper's start ``Theta^(0) = 0``, ``beta^(0) = 0`` (data-independent)."""
-
-    q: int
-    p: int
-
-    def __call__(self, key: jax.Array, truth: jax.Array) -> tuple[jax.Array, jax.Array]:
-        del key
-        return jnp.zeros((self.q, self.p), truth.dtype), jnp.zeros((self.p,), truth.dtype)
+def ZeroInit(q: int, p: int) -> _ZeroInit:
+    """The paper's start ``Theta^(0) = 0`` (``q x p``), ``beta^(0) = 0`` (data-independent)."""
+    return _ZeroInit(((q, p), (p,)))
 
 
 def parameters(model: LinearIV, seed: int):
@@ -177,11 +170,3 @@ def horizon_setting(key: str, method: str, estimator: Estimator, model: LinearIV
         plan=DataPlan(1, n), hparams_type=dp_iv.DPIVHyperparams, levels=levels, n=n,
     )
 
-
-def final_rows(iter_rows):
-    """The rows of the final iterate (``iteration == 1`` for final-only settings)."""
-    last: dict[tuple, int] = {}
-    for r in iter_rows:
-        k = (r["method"], r["n"], r["T"])
-        last[k] = max(last.get(k, 0), r["iteration"])
-    return [r for r in iter_rows if r["iteration"] == last[(r["method"], r["n"], r["T"])]]

@@ -12,26 +12,15 @@ and (d), our addition, larger n where the private estimator works (spec 000 §7 
 
 from __future__ import annotations
 
+import dataclasses
+
+from dpjax.experiments._em_common import HDConfig, hd_panels, hd_settings
 from dpjax.models import GaussianMixture, sparse_unit_beta
 from dpjax.plotting import plot_panels
 from dpjax.study import Experiment
-from experiments._em_common import hd_check, hd_panels, hd_settings
 
-DEFAULTS = {
-    "d": 1000,
-    "sigma": 0.5,
-    "eta": 0.5,
-    "n_grid": (4000, 5000, 6000),
-    "s_grid": (5, 10, 15),
-    "eps_grid": (0.3, 0.5, 0.8),
-    "n_base": 4000,
-    "s_base": 10,
-    "eps_base": 0.5,
-    "large_n": (20000, 50000, 100000, 200000),
-    "truncation_const": 1.0,
-    "init_radius": 0.125,
-}
-QUICK = {"large_n": (20000,)}
+DEFAULTS = HDConfig()
+QUICK = dataclasses.replace(DEFAULTS, large_n=(20000,))
 
 
 def settings(c):
@@ -54,8 +43,6 @@ EXPERIMENTS = [
         reps=50,
         quick_reps=5,
         plot=plot,
-        check=hd_check,
-        optional=("large_n",),
         description="Panels vary n, s* and epsilon as in the paper, plus a panel at larger n. "
         "Honest calibration (T = sqrt(log n), N0 = ceil(log n)); see experiments/README.md.",
     )

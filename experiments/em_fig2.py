@@ -22,41 +22,41 @@ Wang et al. (2020), the paper's other comparator, is not implemented yet.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from dpjax.algorithms import dp_em
+from dpjax.config import Config, param
+from dpjax.experiments._common import COLORS, INF, final_rows
+from dpjax.experiments._em_common import BetaError, InitNearTruth, level
 from dpjax.models import GaussianMixture
 from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, Experiment
+from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
-from experiments._em_common import COLORS, INF, BetaError, InitNearTruth, final_rows, level
-
-DEFAULTS = {
-    "sigma": 0.5,
-    "eta": 0.5,
-    "n_grid": (5000, 10000, 15000, 20000, 25000),
-    "d_base": 10,
-    "d_grid": (5, 10, 15, 20, 25),
-    "n_base": 10000,
-    "eps_grid": (0.5, 1.0),
-    "truncation_const": 1.0,
-    "init_radius": 0.125,
-}
-QUICK = {"n_grid": (5000, 25000), "d_grid": (5, 25), "d_base": 5, "n_base": 5000,
-         "eps_grid": (0.5,)}
 
 
-def _check(c):
-    if any(e <= 0 for e in c["eps_grid"]):
-        raise ConfigError("--set eps_grid: every epsilon must be > 0")
-    if any(d < 1 for d in (*c["d_grid"], c["d_base"])):
-        raise ConfigError("--set d_grid/d_base: d must be >= 1")
-    if any(n < 20 for n in (*c["n_grid"], c["n_base"])):
-        raise ConfigError("--set n_grid/n_base: n must be at least 20")
-    if c["sigma"] <= 0 or c["eta"] <= 0 or c["truncation_const"] <= 0:
-        raise ConfigError("--set sigma/eta/truncation_const: must be > 0")
+@dataclasses.dataclass(frozen=True)
+class Fig2Config(Config):
+    sigma: float = param(0.5, gt=0, doc="noise standard deviation")
+    eta: float = param(0.5, gt=0, doc="step size")
+    n_grid: tuple[int, ...] = param((5000, 10000, 15000, 20000, 25000), ge=20,
+                                    doc="panel (a): the sample sizes (at d_base)")
+    d_base: int = param(10, ge=1, doc="the dimension of panel (a)")
+    d_grid: tuple[int, ...] = param((5, 10, 15, 20, 25), ge=1,
+                                    doc="panel (b): the dimensions (at n_base)")
+    n_base: int = param(10000, ge=20, doc="the sample size of panel (b)")
+    eps_grid: tuple[float, ...] = param((0.5, 1.0), gt=0, doc="the epsilons of every panel")
+    truncation_const: float = param(1.0, gt=0,
+                                    doc="truncation level T = truncation_const sqrt(log n)")
+    init_radius: float = param(0.125, ge=0,
+                               doc="start at distance init_radius ||beta*|| from beta*")
+
+
+DEFAULTS = Fig2Config()
+QUICK = dataclasses.replace(DEFAULTS, n_grid=(5000, 25000), d_grid=(5, 25), d_base=5,
+                            n_base=5000, eps_grid=(0.5,))
 
 
 def dense_unit_beta(d: int) -> np.ndarray:
@@ -130,7 +130,6 @@ EXPERIMENTS = [
         reps=50,
         quick_reps=3,
         plot=plot,
-        check=_check,
         description="Algorithm 4 (classic Gaussian mechanism, Delta_2 = sqrt(d) 2 eta T / n0) "
         "against its zero-noise twin and full-data gradient EM; d = 10 (a), n = 10,000 (b).",
     )

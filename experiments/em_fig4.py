@@ -18,28 +18,23 @@ panel (d), our addition, shows larger n where the private estimator starts to wo
 
 from __future__ import annotations
 
+import dataclasses
+
+from dpjax.experiments._em_common import HDConfig, hd_panels, hd_settings
 from dpjax.models import MixtureOfRegressions, sparse_unit_beta
 from dpjax.plotting import plot_panels
 from dpjax.study import Experiment
-from experiments._em_common import hd_check, hd_panels, hd_settings
 
-DEFAULTS = {
-    "d": 1000,
-    "sigma": 0.5,
-    "eta": 0.5,
-    "n_grid": (4000, 5000, 6000),
-    "s_grid": (5, 10, 15),
-    "eps_grid": (0.4, 0.6, 0.8),
-    "n_base": 5000,
-    "s_base": 10,
-    "eps_base": 0.6,
-    "large_n": (20000, 50000, 100000),
-    "truncation_const": 1.0,
-    "init_radius": 1.0 / 64,
-}
+DEFAULTS = HDConfig(
+    eps_grid=(0.4, 0.6, 0.8),
+    n_base=5000,
+    eps_base=0.6,
+    large_n=(20000, 50000, 100000),
+    init_radius=1.0 / 64,
+)
 # A reduced run (3 compiled shapes): every panel still has two values.
-QUICK = {"d": 100, "n_grid": (4000, 6000), "s_grid": (5, 10), "eps_grid": (0.4, 0.8),
-         "n_base": 6000, "large_n": ()}
+QUICK = dataclasses.replace(DEFAULTS, d=100, n_grid=(4000, 6000), s_grid=(5, 10),
+                            eps_grid=(0.4, 0.8), n_base=6000, large_n=())
 
 
 def settings(c):
@@ -62,7 +57,6 @@ EXPERIMENTS = [
         reps=50,
         quick_reps=3,
         plot=plot,
-        check=hd_check,
         description="Panels vary n, s* and epsilon as in the paper, plus a panel at larger n. "
         "Honest calibration (T = sqrt(log n), N0 = ceil(log n), 4T^2/n0 sensitivity).",
     )

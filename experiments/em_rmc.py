@@ -27,49 +27,55 @@ log(1.25/delta)) / epsilon`` (Alg 8).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from dpjax.algorithms import dp_em
+from dpjax.config import Config, ConfigError, param
+from dpjax.experiments._common import COLORS, INF, final_rows
+from dpjax.experiments._em_common import BetaError, InitNearTruth, level
 from dpjax.models import RegressionMissingCovariates, sparse_unit_beta
 from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, Experiment
+from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
-from experiments._em_common import COLORS, INF, BetaError, InitNearTruth, final_rows, level
-
-DEFAULTS = {
-    "sigma": 1.0,
-    "eta": 0.5,
-    "eps_grid": (0.5, 1.0),
-    "truncation_const": 1.0,
-    "init_radius": 0.125,
-    "p_base": 0.1,
-    "hd_d": 1000,
-    "hd_s": 5,
-    "hd_n_grid": (10000, 30000, 100000),
-    "hd_p_grid": (0.0, 0.1, 0.2),
-    "hd_n_base": 100000,
-    "ld_d": 10,
-    "ld_n_grid": (5000, 20000, 50000, 100000, 200000),
-    "ld_p_grid": (0.0, 0.1, 0.2, 0.3),
-    "ld_n_base": 100000,
-}
-QUICK = {"hd_d": 100, "hd_n_grid": (10000, 30000), "hd_p_grid": (0.1,), "hd_n_base": 30000,
-         "ld_n_grid": (50000,), "ld_p_grid": (0.1,), "ld_n_base": 50000}
 
 
-def _check(c):
-    if any(e <= 0 for e in c["eps_grid"]):
-        raise ConfigError("--set eps_grid: every epsilon must be > 0")
-    if any(not 0 <= p < 1 for p in (*c["hd_p_grid"], *c["ld_p_grid"], c["p_base"])):
-        raise ConfigError("--set hd_p_grid/ld_p_grid/p_base: p must lie in [0, 1)")
-    if not 1 <= c["hd_s"] <= c["hd_d"]:
-        raise ConfigError("--set hd_s: need 1 <= hd_s <= hd_d")
-    if any(n < 20 for n in (*c["hd_n_grid"], *c["ld_n_grid"], c["hd_n_base"], c["ld_n_base"])):
-        raise ConfigError("--set *_n_grid/*_n_base: n must be at least 20")
-    if c["sigma"] <= 0 or c["eta"] <= 0 or c["truncation_const"] <= 0 or c["ld_d"] < 1:
-        raise ConfigError("--set sigma/eta/truncation_const/ld_d: must be > 0")
+@dataclasses.dataclass(frozen=True)
+class RMCConfig(Config):
+    sigma: float = param(1.0, gt=0, doc="noise standard deviation")
+    eta: float = param(0.5, gt=0, doc="step size")
+    eps_grid: tuple[float, ...] = param((0.5, 1.0), gt=0, doc="the epsilons of every panel")
+    truncation_const: float = param(1.0, gt=0,
+                                    doc="truncation level T = truncation_const sqrt(log n)")
+    init_radius: float = param(0.125, ge=0,
+                               doc="start at distance init_radius ||beta*|| from beta*")
+    p_base: float = param(0.1, ge=0, lt=1,
+                          doc="the missing probability of panels (a) and (c)")
+    hd_d: int = param(1000, ge=1, doc="high dimension (Alg 6): the dimension")
+    hd_s: int = param(5, ge=1, doc="high dimension: the sparsity s* (<= hd_d)")
+    hd_n_grid: tuple[int, ...] = param((10000, 30000, 100000), ge=20,
+                                       doc="panel (a): the sample sizes")
+    hd_p_grid: tuple[float, ...] = param((0.0, 0.1, 0.2), ge=0, lt=1,
+                                         doc="panel (b): the missing probabilities")
+    hd_n_base: int = param(100000, ge=20, doc="the sample size of panel (b)")
+    ld_d: int = param(10, ge=1, doc="low dimension (Alg 8): the dimension")
+    ld_n_grid: tuple[int, ...] = param((5000, 20000, 50000, 100000, 200000), ge=20,
+                                       doc="panel (c): the sample sizes")
+    ld_p_grid: tuple[float, ...] = param((0.0, 0.1, 0.2, 0.3), ge=0, lt=1,
+                                         doc="panel (d): the missing probabilities")
+    ld_n_base: int = param(100000, ge=20, doc="the sample size of panel (d)")
+
+    def check(self) -> None:
+        if self.hd_s > self.hd_d:
+            raise ConfigError(f"--set hd_s: must be <= hd_d ({self.hd_d}); got {self.hd_s}")
+
+
+DEFAULTS = RMCConfig()
+QUICK = dataclasses.replace(DEFAULTS, hd_d=100, hd_n_grid=(10000, 30000), hd_p_grid=(0.1,),
+                            hd_n_base=30000, ld_n_grid=(50000,), ld_p_grid=(0.1,),
+                            ld_n_base=50000)
 
 
 def _setting(c, method, n, d, s, p, truth):
@@ -153,7 +159,6 @@ EXPERIMENTS = [
         reps=50,
         quick_reps=3,
         plot=plot,
-        check=_check,
         description="High-dimensional (d = 1000, s* = 5) and low-dimensional (d = 10) panels "
         "against n and the missing probability p; the paper reports no such experiment.",
     )

@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -44,38 +43,46 @@ import numpy as np
 
 from dpjax import sweep
 from dpjax.algorithms import dp_em
+from dpjax.config import Config, ConfigError, param
+from dpjax.experiments._common import COLORS, INF, eps_label, final_rows
 from dpjax.models import GaussianMixture, GMMData
 from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, Experiment
-from experiments._em_common import COLORS, INF, eps_label, final_rows
-
-DEFAULTS = {
-    "s_hat_grid": (5, 10, 15),
-    "eps_grid": (0.2, 0.5),
-    "num_iterations": 50,
-    "eta": 0.5,
-    "sigma": 1.0,
-    "truncation_const": 1.0,
-    "num_dropped": 145,
-    "train_fraction": 0.7,
-    "extra_logn_variant": True,
-}
-QUICK: dict[str, Any] = {"s_hat_grid": (10,)}
+from dpjax.study import Experiment
 
 N_RECORDS, N_FEATURES, N_MALIGNANT = 569, 30, 212
 
 
-def _check(c):
-    if any(e <= 0 for e in c["eps_grid"]):
-        raise ConfigError("--set eps_grid: every epsilon must be > 0")
-    if any(not 1 <= s <= N_FEATURES for s in c["s_hat_grid"]):
-        raise ConfigError(f"--set s_hat_grid: s_hat must lie in [1, {N_FEATURES}]")
-    if not 0 < c["train_fraction"] < 1:
-        raise ConfigError("--set train_fraction: must lie in (0, 1)")
-    if not 0 <= c["num_dropped"] < N_RECORDS - N_MALIGNANT:
-        raise ConfigError("--set num_dropped: must lie in [0, 357)")
-    if c["sigma"] <= 0 or c["eta"] <= 0 or c["truncation_const"] <= 0:
-        raise ConfigError("--set sigma/eta/truncation_const: must be > 0")
+@dataclasses.dataclass(frozen=True)
+class Table3Config(Config):
+    s_hat_grid: tuple[int, ...] = param((5, 10, 15), ge=1, le=N_FEATURES,
+                                        doc="the algorithm's sparsities s_hat")
+    eps_grid: tuple[float, ...] = param((0.2, 0.5), gt=0,
+                                        doc="the epsilons (eps = inf is always added)")
+    num_iterations: int = param(50, ge=1,
+                                doc="N0: iterations, each on its own batch of training records")
+    eta: float = param(0.5, gt=0, doc="step size")
+    sigma: float = param(1.0, gt=0, doc="the mixture's noise standard deviation")
+    truncation_const: float = param(1.0, gt=0,
+                                    doc="truncation level T = truncation_const sqrt(log n)")
+    num_dropped: int = param(145, ge=0, lt=N_RECORDS - N_MALIGNANT,
+                             doc="benign records dropped at random in each repetition")
+    train_fraction: float = param(0.7, gt=0, lt=1, doc="the fraction of records for training")
+    extra_logn_variant: bool = param(True, doc="also run Alg 3 with N0 = ceil(log n_train)")
+
+    def check(self) -> None:
+        kept = N_RECORDS - self.num_dropped
+        n_train = int(round(self.train_fraction * kept))
+        if not 1 <= n_train < kept:
+            raise ConfigError(f"--set train_fraction: must leave at least one training and one "
+                              f"test record of the {kept}; got {self.train_fraction!r}")
+        if self.num_iterations > n_train:
+            raise ConfigError(f"--set num_iterations: must be <= the number of training records "
+                              f"({n_train}: one batch of at least one record per iteration); "
+                              f"got {self.num_iterations}")
+
+
+DEFAULTS = Table3Config()
+QUICK = dataclasses.replace(DEFAULTS, s_hat_grid=(10,))
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,7 +241,6 @@ EXPERIMENTS = [
         reps=50,
         quick_reps=5,
         plot=plot,
-        check=_check,
         description="569 -> 424 records (145 benign dropped), centred, 70/30 split per "
         "repetition; Alg 3 with 50 iterations (batches of 5), s_hat in {5, 10, 15}, "
         "eps in {0.2, 0.5, inf}; Wang et al. (2015) as the non-private baseline.",

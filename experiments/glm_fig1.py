@@ -19,50 +19,47 @@ stated budget, shown because it resembles the paper's figure (spec 003 §4.4).
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 from dpjax.algorithms import dp_glm
+from dpjax.config import Config, ConfigError, param
+from dpjax.experiments._common import COLORS, INF, ZeroInit, eps_label
+from dpjax.experiments._glm_common import GLMRecord, truth
 from dpjax.models.glm import GLM
 from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, Experiment
+from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
-from experiments._glm_common import INF, GLMRecord, ZeroInit, eps_label, truth
 
-COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
 STYLE = {"paper": "-", "gaussian": "--"}
 
-DEFAULTS = {
-    "T": 50,
-    "eta": 1.0,
-    "R": 1.0,
-    "b_constant": 4.0,
-    "d_grid": (10, 20, 40),
-    "n_grid": (20000, 40000, 80000),
-    "eps_grid": (0.2, 0.5, 0.8),
-    "n_base": 40000,
-    "d_base": 20,
-    "eps_base": 0.5,
-    "T_grid": (5, 10, 20, 50),
-    "unsplit": True,
-    "beta_seed": 0,
-}
-QUICK = {"n_grid": (4000,), "n_base": 4000, "d_grid": (5, 10), "d_base": 5, "T": 20,
-         "T_grid": (20,), "unsplit": False}
+
+@dataclasses.dataclass(frozen=True)
+class Fig1Config(Config):
+    T: int = param(50, ge=1, doc="iterations of the main panels (a)-(c)")
+    eta: float = param(1.0, gt=0, doc="step size")
+    R: float = param(1.0, gt=0, doc="truncation level of y")
+    b_constant: float = param(4.0, ge=2, doc="c in the declared sensitivity B = 2c")
+    d_grid: tuple[int, ...] = param((10, 20, 40), ge=1, doc="panel (a): the dimensions")
+    n_grid: tuple[int, ...] = param((20000, 40000, 80000), ge=10,
+                                    doc="panel (b): the sample sizes")
+    eps_grid: tuple[float, ...] = param((0.2, 0.5, 0.8), gt=0, doc="panel (c): the epsilons")
+    n_base: int = param(40000, ge=10, doc="the sample size of panels (a), (c), (d)")
+    d_base: int = param(20, ge=1, doc="the dimension of panels (b), (c), (d)")
+    eps_base: float = param(0.5, gt=0, doc="the epsilon of panels (a), (b), (d)")
+    T_grid: tuple[int, ...] = param((5, 10, 20, 50), ge=1,
+                                    doc="panel (d), added: the horizons T (must contain T)")
+    unsplit: bool = param(True, doc="add the budget-unsplit curve (NOT DP) to panel (a)")
+    beta_seed: int = param(0, ge=0, doc="seed of the true beta (one draw per d)")
+
+    def check(self) -> None:
+        if self.T not in self.T_grid:
+            raise ConfigError(f"--set T_grid: must contain T = {self.T} (panel (d) reuses the "
+                              f"main runs); got {','.join(map(str, self.T_grid))}")
 
 
-def _check(c):
-    if min(*c["n_grid"], c["n_base"]) < 10:
-        raise ConfigError("--set n_grid/n_base: every n must be >= 10")
-    if min(*c["d_grid"], c["d_base"]) < 1:
-        raise ConfigError("--set d_grid/d_base: every d must be >= 1")
-    if not (0 < c["eta"] < math.inf):
-        raise ConfigError(f"--set eta: the step size must be finite and > 0; got {c['eta']}")
-    if any(e <= 0 for e in (*c["eps_grid"], c["eps_base"])):
-        raise ConfigError("--set eps_grid/eps_base: every epsilon must be > 0")
-    if c["T"] < 1 or min(c["T_grid"]) < 1 or c["b_constant"] < 2:
-        raise ConfigError("--set T/T_grid must be >= 1 and b_constant >= 2")
-    if c["T"] not in c["T_grid"]:
-        raise ConfigError("--set T_grid must contain T (panel (d) reuses the main runs)")
+DEFAULTS = Fig1Config()
+QUICK = dataclasses.replace(DEFAULTS, n_grid=(4000,), n_base=4000, d_grid=(5, 10), d_base=5,
+                            T=20, T_grid=(20,), unsplit=False)
 
 
 def _needs(c):
@@ -175,7 +172,6 @@ EXPERIMENTS = [
         reps=50,
         quick_reps=3,
         plot=plot,
-        check=_check,
         description="Panels vary d, n and epsilon as in the paper, each with the paper's "
         "calibration and the exact-Gaussian calibration of the same (eps, delta); panel (d) "
         "the final error against T; a budget-unsplit curve labelled NOT DP.",

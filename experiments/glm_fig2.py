@@ -15,47 +15,49 @@ dotted grey curve in panel (c) spends ``(eps, delta)`` on *every* iteration (bud
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from dpjax.algorithms import dp_glm
+from dpjax.config import Config, ConfigError, param
+from dpjax.experiments._common import COLORS, INF, ZeroInit, eps_label
+from dpjax.experiments._em_common import hd_pairs
+from dpjax.experiments._glm_common import GLMRecord, truth
 from dpjax.models.glm import GLM
 from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, Experiment
+from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
-from experiments._em_common import hd_pairs
-from experiments._glm_common import INF, GLMRecord, ZeroInit, eps_label, truth
-
-COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
-
-DEFAULTS = {
-    "d": 10000,
-    "T": 50,
-    "eta": 1.0,
-    "R": 1.0,
-    "b_constant": 4.0,
-    "s_grid": (10, 20, 40),
-    "n_grid": (20000, 40000, 80000),
-    "eps_grid": (0.2, 0.5, 0.8),
-    "n_base": 40000,
-    "s_base": 10,
-    "eps_base": 0.5,
-    "s_factor": 2,
-    "unsplit": True,
-    "row_block": 1000,
-    "beta_seed": 0,
-}
-QUICK = {"d": 1000, "n_grid": (2000, 4000, 8000), "n_base": 4000, "T": 15, "row_block": 0}
 
 
-def _check(c):
-    if c["d"] % 4:
-        raise ConfigError("--set d: d must be a multiple of 4 (8-bit grid design)")
-    if c["s_factor"] * max(*c["s_grid"], c["s_base"]) > c["d"]:
-        raise ConfigError("--set d/s_grid: the algorithm's sparsity s_factor*s* must be <= d")
-    if any(e <= 0 for e in (*c["eps_grid"], c["eps_base"])):
-        raise ConfigError("--set eps_grid/eps_base: every epsilon must be > 0")
-    if c["T"] < 1 or c["s_factor"] < 1 or c["b_constant"] < 2:
-        raise ConfigError("--set T/s_factor >= 1 and b_constant >= 2")
+@dataclasses.dataclass(frozen=True)
+class Fig2Config(Config):
+    d: int = param(10000, ge=4, multiple_of=4, doc="dimension (8-bit grid design)")
+    T: int = param(50, ge=1, doc="iterations")
+    eta: float = param(1.0, gt=0, doc="step size")
+    R: float = param(1.0, gt=0, doc="truncation level of y")
+    b_constant: float = param(4.0, ge=2, doc="c in the declared sensitivity B = 2c")
+    s_grid: tuple[int, ...] = param((10, 20, 40), ge=1, doc="panel (a): the true sparsities s*")
+    n_grid: tuple[int, ...] = param((20000, 40000, 80000), ge=10,
+                                    doc="panel (b): the sample sizes")
+    eps_grid: tuple[float, ...] = param((0.2, 0.5, 0.8), gt=0, doc="panel (c): the epsilons")
+    n_base: int = param(40000, ge=10, doc="the sample size of panels (a) and (c)")
+    s_base: int = param(10, ge=1, doc="the true sparsity of panels (b) and (c)")
+    eps_base: float = param(0.5, gt=0, doc="the epsilon of panels (a) and (b)")
+    s_factor: int = param(2, ge=1, doc="the algorithm's sparsity s = s_factor s*")
+    unsplit: bool = param(True, doc="add the budget-unsplit curve (NOT DP) to panel (c)")
+    row_block: int = param(1000, ge=0, doc="rows per block of the design (0: all at once)")
+    beta_seed: int = param(0, ge=0, doc="seed of the true beta (one draw per (d, s*))")
+
+    def check(self) -> None:
+        s = self.s_factor * max(*self.s_grid, self.s_base)
+        if s > self.d:
+            raise ConfigError(f"--set d: must be >= the algorithm's largest sparsity s_factor "
+                              f"x max(s_grid, s_base) = {s}; got {self.d}")
+
+
+DEFAULTS = Fig2Config()
+QUICK = dataclasses.replace(DEFAULTS, d=1000, n_grid=(2000, 4000, 8000), n_base=4000, T=15,
+                            row_block=0)
 
 
 def settings(c):
@@ -126,7 +128,6 @@ EXPERIMENTS = [
         reps=10,
         quick_reps=2,
         plot=plot,
-        check=_check,
         description="Panels vary s*, n and epsilon as in the paper (d = 10000), honest "
         "per-iteration budget (eps/T, delta/T), T = 50; plus a budget-unsplit curve labelled "
         "NOT DP.",

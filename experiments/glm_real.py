@@ -36,25 +36,34 @@ import numpy as np
 
 from dpjax import sweep
 from dpjax.algorithms import dp_glm
+from dpjax.config import Config, ConfigError, param
+from dpjax.experiments._common import INF, eps_label
 from dpjax.models.glm import GLM, GLMData
 from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, Experiment
-from experiments._glm_common import INF, eps_label
+from dpjax.study import Experiment
 
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "black"]
 DELTA_RULES = ("1/(2n)", "1/n^2")
 
-DEFAULTS = {
-    "dataset": "breast_cancer",
-    "T": 50,
-    "eta": 0.5,
-    "R": 1.0,
-    "b_constant": 4.0,
-    "clip": 3.0,
-    "s_grid": (5, 10, 20),
-    "eps_grid": (0.2, 0.5, INF),
-}
-QUICK = {"s_grid": (5, 10)}
+DATASETS = ("breast_cancer", "digits")
+
+
+@dataclasses.dataclass(frozen=True)
+class RealConfig(Config):
+    dataset: str = param("breast_cancer", choices=DATASETS,
+                         doc="scikit-learn's bundled data set")
+    T: int = param(50, ge=1, doc="iterations")
+    eta: float = param(0.5, gt=0, doc="step size")
+    R: float = param(1.0, gt=0, doc="truncation level of y")
+    b_constant: float = param(4.0, ge=2, doc="c in the declared sensitivity B = 2c")
+    clip: float = param(3.0, gt=0, doc="features clipped to [-clip, clip] after scaling")
+    s_grid: tuple[int, ...] = param((5, 10, 20), ge=1, doc="the algorithm's sparsities s")
+    eps_grid: tuple[float, ...] = param((0.2, 0.5, INF), gt=0, allow_inf=True,
+                                        doc="the epsilons (inf: non-private)")
+
+
+DEFAULTS = RealConfig()
+QUICK = dataclasses.replace(DEFAULTS, s_grid=(5, 10))
 
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -68,14 +77,6 @@ def load(name: str) -> tuple[np.ndarray, np.ndarray]:
         x, y = datasets.load_digits(return_X_y=True)
         return x.astype(np.float64), (y >= 5).astype(np.float64)
     raise ConfigError(f"--set dataset: expected breast_cancer or digits, got {name!r}")
-
-
-def _check(c):
-    load(c["dataset"])
-    if any(e <= 0 for e in c["eps_grid"]):
-        raise ConfigError("--set eps_grid: every epsilon must be > 0 (inf: non-private)")
-    if c["T"] < 1 or c["eta"] <= 0 or c["clip"] <= 0 or c["b_constant"] < 2:
-        raise ConfigError("--set T >= 1, eta > 0, clip > 0 and b_constant >= 2 are required")
 
 
 @functools.cache
@@ -174,7 +175,6 @@ EXPERIMENTS = [
         reps=50,
         quick_reps=3,
         plot=plot,
-        check=_check,
         description="Random half splits; Alg 5 with the paper's T = 50, eta = 0.5 on the "
         "training half, misclassification on the test half; delta = 1/(2n) and 1/n^2.",
     )

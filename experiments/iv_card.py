@@ -23,6 +23,7 @@ Added: the tight calibration at the same rho; a clipping sensitivity at c0 in {1
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -30,32 +31,34 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax.algorithms import dp_iv
+from dpjax.config import param
+from dpjax.experiments._common import COLORS, INF
+from dpjax.experiments._iv_common import IVConfig, IVRecord, ZeroInit, level, tracked
 from dpjax.models.iv import IVData
 from dpjax.plotting import curve_stats
-from dpjax.study import ConfigError, Experiment
+from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
-from experiments._iv_common import (
-    COLORS,
-    INF,
-    IVRecord,
-    ZeroInit,
-    check_delta,
-    level,
-    tracked,
-)
 
 INSTRUMENTS = ("nearc2", "nearc4", "fatheduc", "motheduc")
 COLUMNS = ("lwage", "educ", *INSTRUMENTS, "KWW")
 
-DEFAULTS = {
-    "delta": 1e-5,  # target delta of the ledger's (epsilon, delta) conversion
-    "T": 15,
-    "rho_grid": (0.1, 1.0, 10.0),
-    "calibrations": ("paper", "tight"),
-    "clip_consts": (0.125, 0.25, 0.5, 2.0),
-    "tau": 5.0,
-}
-QUICK = {"clip_consts": (0.25,), "calibrations": ("paper",)}
+
+
+@dataclasses.dataclass(frozen=True)
+class CardConfig(IVConfig):
+    T: int = param(15, ge=1, doc="iterations")
+    rho_grid: tuple[float, ...] = param((0.1, 1.0, 10.0), gt=0,
+                                        doc="rho1 = rho2, one panel each in the paper")
+    calibrations: tuple[str, ...] = param(("paper", "tight"), choices=dp_iv.CALIBRATIONS,
+                                          doc="noise calibrations")
+    clip_consts: tuple[float, ...] = param(
+        (0.125, 0.25, 0.5, 2.0), gt=0,
+        doc="clipping sensitivity: c0 of gamma = c0 (sqrt q + sqrt(tau + log nT))^2")
+    tau: float = param(5.0, ge=0, doc="tail parameter of the step sizes and the clipping rule")
+
+
+DEFAULTS = CardConfig()
+QUICK = dataclasses.replace(DEFAULTS, clip_consts=(0.25,), calibrations=("paper",))
 
 
 class CardData:
@@ -87,14 +90,6 @@ class CardData:
 @functools.cache
 def card_data() -> CardData:
     return CardData()
-
-
-def _check(c):
-    check_delta(c)
-    if any(r <= 0 for r in c["rho_grid"]) or c["T"] < 1 or min(c["clip_consts"]) <= 0:
-        raise ConfigError("--set rho_grid/T/clip_consts: rho > 0, T >= 1, c0 > 0")
-    if any(cal not in dp_iv.CALIBRATIONS for cal in c["calibrations"]):
-        raise ConfigError(f"--set calibrations: each one of {dp_iv.CALIBRATIONS}")
 
 
 def settings(c):
@@ -216,7 +211,6 @@ EXPERIMENTS = [
         reps=1000,
         quick_reps=20,
         plot=plot,
-        check=_check,
         summary_extra=("estimate", "error_2sls", "clip1", "clip2"),
         description="linearmodels' bundled Card data (n = 2191 with KWW), T = 15, rho1 = rho2 "
         "in {0.1, 1, 10}; beside 2SLS. See experiments/reports/iv_card.md.",

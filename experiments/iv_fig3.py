@@ -16,51 +16,53 @@ as ``error_2sls``.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dpjax.algorithms import dp_iv
-from dpjax.models.iv import LinearIV
-from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, Experiment
-from dpjax.sweep import DataPlan, Setting
-from experiments._iv_common import (
-    COLORS,
-    INF,
+from dpjax.config import ConfigError, param
+from dpjax.experiments._common import COLORS, INF
+from dpjax.experiments._iv_common import (
     LINESTYLES,
+    IVConfig,
     IVRecord,
     ZeroInit,
-    check_delta,
     level,
     parameters,
     tracked,
 )
-
-DEFAULTS = {
-    "delta": 1e-5,  # target delta of the ledger's (epsilon, delta) conversion
-    "dims": (5, 50),
-    "n_grid": (250, 500, 1000, 2000, 4000, 8000),
-    "T": 20,
-    "rho1_grid": (1.0, 5.0, 9.0),
-    "rho2_grid": (9.0, 5.0, 1.0),
-    "tau": 5.0,
-    "clip_consts": (1.0, 4.0),
-    "calibration": "paper",
-    "param_seed": 0,
-    "references": True,
-}
-QUICK = {"dims": (5,), "n_grid": (500, 2000), "clip_consts": (1.0,), "references": False}
+from dpjax.models.iv import LinearIV
+from dpjax.plotting import Curve, Panel, plot_panels
+from dpjax.study import Experiment
+from dpjax.sweep import DataPlan, Setting
 
 
-def _check(c):
-    check_delta(c)
-    if len(c["rho1_grid"]) != len(c["rho2_grid"]):
-        raise ConfigError("--set rho1_grid/rho2_grid: give the same number of values (pairs)")
-    if any(r <= 0 for r in (*c["rho1_grid"], *c["rho2_grid"])):
-        raise ConfigError("--set rho1_grid/rho2_grid: every rho must be > 0")
-    if min(c["n_grid"]) < 10 or c["T"] < 1 or min(c["dims"]) < 1:
-        raise ConfigError("--set n_grid/T/dims: n >= 10, T >= 1, dims >= 1")
-    if c["calibration"] not in dp_iv.CALIBRATIONS:
-        raise ConfigError(f"--set calibration: one of {dp_iv.CALIBRATIONS}")
-    if min(c["clip_consts"]) <= 0:
-        raise ConfigError("--set clip_consts: every clipping constant c0 must be > 0")
+@dataclasses.dataclass(frozen=True)
+class Fig3Config(IVConfig):
+    dims: tuple[int, ...] = param((5, 50), ge=1, doc="p = q = r, one panel each")
+    n_grid: tuple[int, ...] = param((250, 500, 1000, 2000, 4000, 8000), ge=10,
+                                    doc="the sample sizes")
+    T: int = param(20, ge=1, doc="iterations")
+    rho1_grid: tuple[float, ...] = param((1.0, 5.0, 9.0), gt=0,
+                                         doc="first-stage rho of each budget split")
+    rho2_grid: tuple[float, ...] = param((9.0, 5.0, 1.0), gt=0,
+                                         doc="second-stage rho of each split (as many as rho1)")
+    tau: float = param(5.0, ge=0, doc="tail parameter of the step sizes and the clipping rule")
+    clip_consts: tuple[float, ...] = param((1.0, 4.0), gt=0,
+                                           doc="c0 of gamma = c0 (sqrt q + sqrt(tau + log nT))^2")
+    calibration: str = param("paper", choices=dp_iv.CALIBRATIONS, doc="noise calibration")
+    param_seed: int = param(0, ge=0, doc="seed of the true parameters")
+    references: bool = param(True, doc="add non-private 2S-GD and 2SLS")
+
+    def check(self) -> None:
+        if len(self.rho1_grid) != len(self.rho2_grid):
+            raise ConfigError(f"--set rho2_grid: must have as many values as rho1_grid "
+                              f"({len(self.rho1_grid)}: the budget splits are pairs); got "
+                              f"{len(self.rho2_grid)}")
+
+
+DEFAULTS = Fig3Config()
+QUICK = dataclasses.replace(DEFAULTS, dims=(5,), n_grid=(500, 2000), clip_consts=(1.0,),
+                            references=False)
 
 
 def settings(c):
@@ -125,7 +127,6 @@ EXPERIMENTS = [
         reps=100,
         quick_reps=5,
         plot=plot,
-        check=_check,
         summary_extra=("error_2sls", "clip1", "clip2"),
         description="p = q = r in {5, 50}, (rho1, rho2) in {(1,9), (5,5), (9,1)}, with "
         "non-private 2S-GD and 2SLS for reference. See experiments/reports/iv_fig3.md.",

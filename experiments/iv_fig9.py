@@ -12,34 +12,29 @@ the conservative alpha on an ill-conditioned Theta, not a rate gap: the fixed po
 
 from __future__ import annotations
 
+import dataclasses
+
 from dpjax.algorithms import dp_iv
+from dpjax.config import param
+from dpjax.experiments._common import INF, final_rows
+from dpjax.experiments._iv_common import IVConfig, horizon_setting, level, parameters
 from dpjax.models.iv import LinearIV
 from dpjax.plotting import Curve, Panel, plot_panels
-from dpjax.study import ConfigError, Experiment
-from experiments._iv_common import (
-    INF,
-    check_delta,
-    final_rows,
-    horizon_setting,
-    level,
-    parameters,
-)
-
-DEFAULTS = {
-    "delta": 1e-5,  # target delta of the ledger's (epsilon, delta) conversion
-    "dim": 20,
-    "n_grid": (500, 1000, 2000, 3000, 4000, 5000),
-    "T_grid": (100, 1000),
-    "tau": 5.0,
-    "param_seed": 0,
-}
-QUICK = {"n_grid": (500, 2000), "T_grid": (100,)}
+from dpjax.study import Experiment
 
 
-def _check(c):
-    check_delta(c)
-    if min(c["n_grid"]) < 10 or min(c["T_grid"]) < 1 or c["dim"] < 1:
-        raise ConfigError("--set n_grid/T_grid/dim: n >= 10, T >= 1, dim >= 1")
+@dataclasses.dataclass(frozen=True)
+class Fig9Config(IVConfig):
+    dim: int = param(20, ge=1, doc="p = q = r")
+    n_grid: tuple[int, ...] = param((500, 1000, 2000, 3000, 4000, 5000), ge=10,
+                                    doc="the sample sizes")
+    T_grid: tuple[int, ...] = param((100, 1000), ge=1, doc="the horizons T of 2S-GD")
+    tau: float = param(5.0, ge=0, doc="tail parameter of the step sizes")
+    param_seed: int = param(0, ge=0, doc="seed of the true parameters")
+
+
+DEFAULTS = Fig9Config()
+QUICK = dataclasses.replace(DEFAULTS, n_grid=(500, 2000), T_grid=(100,))
 
 
 def settings(c):
@@ -87,7 +82,6 @@ EXPERIMENTS = [
         reps=100,
         quick_reps=5,
         plot=plot,
-        check=_check,
         summary_extra=("error_2sls",),
         description="p = q = r = 20, n from 500 to 5000, plus 2S-GD at T = 1000. See "
         "experiments/reports/iv_fig9.md.",

@@ -151,9 +151,9 @@ def test_ledger_delivers_the_requested_budget(case, key):
 
 @pytest.mark.parametrize("level", [1e-8, 1e-6, 1e6, 1e8], ids=lambda v: f"level={v:g}")
 def test_extreme_budgets_give_finite_results(case, key, level):
-    """epsilon from 1e-6 to 1e6 and rho from 1e-8 to 1e8 (the level is epsilon or rho): the noise scale does
-    not overflow, and every iterate, diagnostic and event of the run is finite or, for a
-    non-private release's event, explicitly unbounded."""
+    """Budgets from 1e-8 to 1e8 (the level is epsilon, or rho for the zCDP estimators): the
+    noise scale does not overflow, and every iterate, diagnostic and event of the run is finite
+    or, for a non-private release's event, explicitly unbounded."""
     est = case.estimator
     final, (diag, events) = jax.jit(base.run, static_argnums=(0, 5))(
         est, key, case.data, est.init(case.params0), case.hparams(level),

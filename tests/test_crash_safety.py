@@ -20,8 +20,8 @@ import pytest
 
 from dpjax import cli, results, study, sweep
 from dpjax.algorithms import dp_em
+from dpjax.experiments._em_common import BetaError, InitNearTruth
 from dpjax.models import GaussianMixture, sparse_unit_beta
-from experiments._em_common import BetaError, InitNearTruth
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = GaussianMixture(0.5)

@@ -11,9 +11,9 @@ import pytest
 from dpjax import base, results, sweep
 from dpjax.accounting import zcdp_to_approx_dp
 from dpjax.algorithms import dp_iv
+from dpjax.experiments._iv_common import INF, IVRecord, ZeroInit, level, parameters, tracked
 from dpjax.models.iv import IVData, LinearIV
 from dpjax.sweep import DataPlan, Setting
-from experiments._iv_common import INF, IVRecord, ZeroInit, level, parameters, tracked
 
 MODEL = LinearIV(p=2, q=2, r=2)
 T = 10
@@ -87,7 +87,7 @@ def test_card_data_match_the_paper_and_linearmodels():
     from linearmodels.datasets import card
     from linearmodels.iv import IV2SLS
 
-    from experiments.iv_card import COLUMNS, INSTRUMENTS, card_data
+    from dpjax.experiments.iv_card import COLUMNS, INSTRUMENTS, card_data
 
     data = card_data()
     assert data.n == 2191  # complete cases incl. KWW (spec 004 §5.2)
@@ -114,8 +114,8 @@ def test_summarise_extra_metrics():
 @pytest.mark.parametrize("name", ["iv_fig3", "iv_fig4", "iv_fig6", "iv_fig7", "iv_fig8",
                                   "iv_fig9", "iv_card"])
 def test_experiment_settings_build_with_uniform_columns(name):
+    from dpjax.experiments import registry
     from dpjax.study import resolve_config
-    from experiments import registry
 
     exp = registry()[name]
     for quick in (False, True):
@@ -131,8 +131,8 @@ def test_experiment_settings_build_with_uniform_columns(name):
 
 
 def test_an_iv_experiment_runs_end_to_end(tmp_path):
+    from dpjax.experiments import registry
     from dpjax.study import run_experiment
-    from experiments import registry
 
     exp = registry()["iv_fig8"]
     out = run_experiment(exp, tmp_path, reps=3, quick=True, progress=False,
@@ -151,8 +151,8 @@ def test_an_iv_study_takes_delta_and_records_it_in_the_ledger(tmp_path):
     import json
 
     from dpjax import accounting
+    from dpjax.experiments import registry
     from dpjax.study import ConfigError, run_experiment
-    from experiments import registry
 
     exp = registry()["iv_fig8"]
     small = {"n": "300", "num_gammas": "2", "T": "3"}

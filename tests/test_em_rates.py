@@ -19,8 +19,8 @@ import pytest
 
 from dpjax import sweep
 from dpjax.algorithms import dp_em
+from dpjax.experiments._em_common import InitNearTruth
 from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
-from experiments._em_common import InitNearTruth
 
 
 @dataclasses.dataclass(frozen=True)

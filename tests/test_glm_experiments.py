@@ -5,8 +5,8 @@ import math
 
 import pytest
 
+from dpjax.experiments import glm_fig1, glm_fig2, glm_real
 from dpjax.study import ConfigError, resolve_config
-from experiments import glm_fig1, glm_fig2, glm_real
 
 
 def _exp(mod):
