@@ -133,8 +133,15 @@ def check_array(
     ndim: int | None = None,
     shape: Sequence[int | None] | None = None,
     allow_bool: bool = False,
+    on_invalid: str = "raise",
 ) -> np.ndarray:
-    """A finite real array of the given rank/shape (None in ``shape`` matches any size)."""
+    """A finite real array of the given rank/shape (None in ``shape`` matches any size).
+
+    ``on_invalid="clip"`` (private data on a real release) checks the type and the shape only:
+    the values are left to the estimator, whose bounded statistics map non-finite entries to
+    bounded ones (:func:`dpjax.mechanisms.sanitize`) and clip everything to the declared bounds.
+    An error that depends on the values would itself release whether the data hold a bad
+    record (and the count of bad entries would release more)."""
     try:
         arr = np.asarray(value)
     except Exception as exc:  # pragma: no cover
@@ -151,10 +158,22 @@ def check_array(
         ):
             want = tuple("*" if s is None else s for s in shape)
             raise ValueError(f"{name} must have shape {want}; got {arr.shape}")
-    if not np.isfinite(arr).all():
+    if check_on_invalid(on_invalid) == "raise" and not np.isfinite(arr).all():
         bad = int((~np.isfinite(arr)).sum())
         raise ValueError(f"{name} must be finite; it has {bad} NaN or infinite entries")
     return arr
+
+
+ON_INVALID: tuple[str, ...] = ("raise", "clip")
+
+
+def check_on_invalid(on_invalid: str) -> str:
+    """The policy for non-finite and out-of-range records: ``"raise"`` (the default: right for
+    simulations, where a bad record is a bug) or ``"clip"`` (real data: every value is mapped
+    into the declared bounds inside the estimator, and nothing depends on it before)."""
+    if on_invalid not in ON_INVALID:
+        raise ValueError(f"on_invalid must be one of {ON_INVALID}; got {on_invalid!r}")
+    return on_invalid
 
 
 def warn_classic_gaussian(epsilon: Any, stacklevel: int = 3) -> None:

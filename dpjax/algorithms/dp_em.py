@@ -304,9 +304,10 @@ def _fit(
     num_iterations: int | None,
     s_hat: int | None,
     sample_splitting: bool = True,
+    on_invalid: str = "raise",
 ) -> FitResult:
     key = as_key(key)
-    data = model.validate_data(data)
+    data = model.validate_data(data, on_invalid)
     n, d = model.num_records(data), model.dim(data)
     N0 = default_num_iterations(n) if num_iterations is None else num_iterations
     N0 = _validate.check_int_in_range(N0, "num_iterations (N0)", 1, n if sample_splitting else None)
@@ -363,6 +364,7 @@ def fit_hd_dp_em(
     eta: Any = 0.5,
     truncation: Any = None,
     num_iterations: int | None = None,
+    on_invalid: str = "raise",
 ) -> FitResult:
     """Fit high-dimensional DP-EM (spec 000 Alg 2; Alg 3/5/6 by ``model``) to one data set.
 
@@ -379,6 +381,11 @@ def fit_hd_dp_em(
         eta: step size > 0 (default 0.5, the paper's experiments).
         truncation: ``T`` in (0, inf]; default ``sqrt(log n)``; inf only with epsilon = inf.
         num_iterations: ``N0`` in [1, n]; default ``ceil(log n)``.
+        on_invalid: ``"raise"`` (default: a non-finite record, or an out-of-range mask, is an
+            error -- right for simulations) or ``"clip"`` (real data: values are not checked;
+            non-finite entries are mapped to 0 / +-max and everything is clipped to the declared
+            bounds inside the estimator, so the guarantee holds for every input and no error
+            depends on the data).
 
     Returns:
         :class:`FitResult` with the estimate, the iterates, and the privacy ledger:
@@ -386,7 +393,8 @@ def fit_hd_dp_em(
         paper-literal variant's ledger states what it really delivers).
     """
     return _fit("noisy-ht", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
-                eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=s_hat)
+                eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=s_hat,
+                on_invalid=on_invalid)
 
 
 def fit_ld_dp_em(
@@ -400,11 +408,13 @@ def fit_ld_dp_em(
     eta: Any = 0.5,
     truncation: Any = None,
     num_iterations: int | None = None,
+    on_invalid: str = "raise",
 ) -> FitResult:
     """Fit low-dimensional DP-EM (spec 000 Alg 4/7/8 by ``model``) to one data set; arguments as
     :func:`fit_hd_dp_em` without ``s_hat``. Warns if epsilon > 1 (classic Gaussian)."""
     return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
-                eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=None)
+                eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=None,
+                on_invalid=on_invalid)
 
 
 def fit_truncated_em(

@@ -467,13 +467,13 @@ def _ledger_non_private(name: str, T: int, what: str, n: int, hparams: GLMHyperp
 
 
 def _prepare(key, data, model, epsilon, delta, eta, truncation, num_iterations, beta0,
-             b_constant):
+             b_constant, on_invalid="raise"):
     from dpjax.models.glm import GLM
 
     if not isinstance(model, GLM):
         raise TypeError(f"model must be a dpjax.models.glm.GLM; got {type(model).__name__}")
     key = as_key(key)
-    data = model.validate_data(data)
+    data = model.validate_data(data, on_invalid)
     n, d = model.num_records(data), model.dim(data)
     T = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     eps = _validate.check_epsilon(epsilon)
@@ -534,6 +534,7 @@ def fit_dp_glm(
     beta0: Any = None,
     calibration: Calibration = "paper",
     b_constant: float = 4.0,
+    on_invalid: str = "raise",
 ) -> FitResult:
     """Fit Algorithm 1 (low-dimensional DP GLM by noisy gradient descent) to one data set.
 
@@ -551,6 +552,11 @@ def fit_dp_glm(
         calibration: ``"paper"`` (default), ``"gaussian"`` (exact composition), ``"zcdp"``, or
             ``"unsplit"`` (not DP at (eps, delta)); see the module docstring.
         b_constant: ``B = b_constant (R + c1) sigma_x``; 4 as printed, must be >= 2.
+        on_invalid: ``"raise"`` (default: a non-finite record, or an out-of-range mask, is an
+            error -- right for simulations) or ``"clip"`` (real data: values are not checked;
+            non-finite entries are mapped to 0 / +-max and everything is clipped to the declared
+            bounds inside the estimator, so the guarantee holds for every input and no error
+            depends on the data).
 
     Returns:
         :class:`FitResult`; its ledger gives the guarantee delivered under replace-one
@@ -559,7 +565,8 @@ def fit_dp_glm(
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
     key, data, n, d, T, eps, delta, R, beta0, b = _prepare(
-        key, data, model, epsilon, delta, eta, truncation, num_iterations, beta0, b_constant)
+        key, data, model, epsilon, delta, eta, truncation, num_iterations, beta0, b_constant,
+        on_invalid)
     if calibration == "paper":
         _validate.warn_classic_gaussian(eps / T, stacklevel=3)
     elif calibration == "unsplit":
@@ -581,6 +588,7 @@ def fit_sparse_dp_glm(
     truncation: Any = None,
     beta0: Any = None,
     b_constant: float = 4.0,
+    on_invalid: str = "raise",
 ) -> FitResult:
     """Fit Algorithm 5 (sparse DP GLM by noisy IHT with peeling) to one data set.
 
@@ -591,7 +599,8 @@ def fit_sparse_dp_glm(
     composition of ``T`` NoisyHT steps at ``(epsilon/T, delta/T)``.
     """
     key, data, n, d, T, eps, delta, R, beta0, b = _prepare(
-        key, data, model, epsilon, delta, eta, truncation, num_iterations, beta0, b_constant)
+        key, data, model, epsilon, delta, eta, truncation, num_iterations, beta0, b_constant,
+        on_invalid)
     s = _validate.check_int_in_range(s, "s", 1, d)
     nnz = int(np.count_nonzero(beta0))
     if nnz > s:

@@ -466,11 +466,12 @@ def _fit(
     theta0: Any,
     beta0: Any,
     tau: float,
+    on_invalid: str = "raise",
 ) -> FitResult:
     key = None if key is None else as_key(key)
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
-    data = iv.validate_iv_data(data)
+    data = iv.validate_iv_data(data, on_invalid)
     n, q = data.z.shape
     p = data.x.shape[1]
     T = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
@@ -531,6 +532,7 @@ def fit_dp_2s_gd(
     theta0: Any = None,
     beta0: Any = None,
     tau: float = 5.0,
+    on_invalid: str = "raise",
 ) -> FitResult:
     """Fit DP-2S-GD (Algorithm 1) to one IV data set.
 
@@ -547,6 +549,11 @@ def fit_dp_2s_gd(
         delta: target delta of the (epsilon, delta) conversion in the ledger, in (0, 1).
         theta0, beta0: data-independent start (default zeros, as the paper).
         tau: the ``tau`` of the default clipping rule.
+        on_invalid: ``"raise"`` (default: a non-finite record, or an out-of-range mask, is an
+            error -- right for simulations) or ``"clip"`` (real data: values are not checked;
+            non-finite entries are mapped to 0 / +-max and everything is clipped to the declared
+            bounds inside the estimator, so the guarantee holds for every input and no error
+            depends on the data).
 
     Returns:
         :class:`FitResult` with ``beta^(T)``, the iterates and the ledger: rho-zCDP under
@@ -554,7 +561,8 @@ def fit_dp_2s_gd(
     """
     return _fit("dp", key, data, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha,
                 num_iterations=num_iterations, gamma1=gamma1, gamma2=gamma2,
-                calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau)
+                calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau,
+                on_invalid=on_invalid)
 
 
 def fit_dp_2s_gd_beta_only(
@@ -571,13 +579,15 @@ def fit_dp_2s_gd_beta_only(
     theta0: Any = None,
     beta0: Any = None,
     tau: float = 5.0,
+    on_invalid: str = "raise",
 ) -> FitResult:
     """The paper's Algorithm 3, for reproduction only: **not DP as claimed** (its ledger gives
     the beta releases their true sensitivity ``2 gamma2`` and a vacuous guarantee, and the
     non-private first stage makes the run not DP). Arguments as :func:`fit_dp_2s_gd`."""
     return _fit("beta-only", key, data, rho1=math.inf, rho2=rho2, eta=eta, alpha=alpha,
                 num_iterations=num_iterations, gamma1=None, gamma2=gamma2,
-                calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau)
+                calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau,
+                on_invalid=on_invalid)
 
 
 def fit_two_stage_gd(

@@ -332,7 +332,7 @@ class GLM:
     def num_records(self, data: GLMData) -> int:
         return int(data.x.shape[0])
 
-    def validate_data(self, data: Any) -> GLMData:
+    def validate_data(self, data: Any, on_invalid: str = "raise") -> GLMData:
         """Check a data set at the public boundary: ``GLMData`` or a pair ``(x, y)``.
 
         ``x`` must be a finite real ``(n, d)`` array and ``y`` a finite real ``(n,)`` array.
@@ -345,8 +345,9 @@ class GLM:
             x, y = data
         else:
             raise TypeError("data must be a GLMData(x, y) or a pair (x, y)")
-        x = _validate.check_array(x, "data.x", ndim=2)
-        y = _validate.check_array(y, "data.y", ndim=1, allow_bool=True)
+        x = _validate.check_array(x, "data.x", ndim=2, on_invalid=on_invalid)
+        y = _validate.check_array(y, "data.y", ndim=1, allow_bool=True,
+                                  on_invalid=on_invalid)
         if x.shape[0] < 1 or x.shape[1] < 1:
             raise ValueError(f"data.x must have at least one row and column; got {x.shape}")
         if y.shape[0] != x.shape[0]:

@@ -125,10 +125,10 @@ class GaussianMixture:
     def num_records(self, data: GMMData) -> int:
         return int(data.y.shape[0])
 
-    def validate_data(self, data: Any) -> GMMData:
+    def validate_data(self, data: Any, on_invalid: str = "raise") -> GMMData:
         """Check a data set at the public boundary; accepts a ``GMMData`` or an ``(n, d)`` array."""
         y = data.y if isinstance(data, GMMData) else data
-        y = _validate.check_array(y, "data.y", ndim=2)
+        y = _validate.check_array(y, "data.y", ndim=2, on_invalid=on_invalid)
         if y.shape[0] < 1 or y.shape[1] < 1:
             raise ValueError(f"data.y must have at least one row and column; got {y.shape}")
         return GMMData(jnp.asarray(y, dtype=jnp.result_type(float)))

@@ -253,11 +253,11 @@ class LinearIV:
         """``Cov(eps_2, eps_1) = Phi^T varphi`` (``p``-vector): non-zero means x is endogenous."""
         return np.asarray(params.phi).T @ np.asarray(params.varphi)
 
-    def validate_data(self, data: Any) -> IVData:
-        return validate_iv_data(data)
+    def validate_data(self, data: Any, on_invalid: str = "raise") -> IVData:
+        return validate_iv_data(data, on_invalid)
 
 
-def validate_iv_data(data: Any) -> IVData:
+def validate_iv_data(data: Any, on_invalid: str = "raise") -> IVData:
     """Check an IV data set at the public boundary.
 
     Accepts an :class:`IVData` or a tuple ``(z, x, y)`` with ``z`` of shape ``(n, q)``, ``x`` of
@@ -266,9 +266,9 @@ def validate_iv_data(data: Any) -> IVData:
     """
     if not isinstance(data, (IVData, tuple, list)) or len(data) != 3:
         raise TypeError("data must be an IVData or a tuple (z, x, y)")
-    z = _validate.check_array(data[0], "data.z", ndim=2)
-    x = _validate.check_array(data[1], "data.x", ndim=2)
-    y = _validate.check_array(data[2], "data.y", ndim=1)
+    z = _validate.check_array(data[0], "data.z", ndim=2, on_invalid=on_invalid)
+    x = _validate.check_array(data[1], "data.x", ndim=2, on_invalid=on_invalid)
+    y = _validate.check_array(data[2], "data.y", ndim=1, on_invalid=on_invalid)
     n, q = z.shape
     if x.shape[0] != n or y.shape[0] != n:
         raise ValueError(

@@ -174,12 +174,12 @@ class MixtureOfRegressions:
     def num_records(self, data: MoRData) -> int:
         return int(data.x.shape[0])
 
-    def validate_data(self, data: Any) -> MoRData:
+    def validate_data(self, data: Any, on_invalid: str = "raise") -> MoRData:
         """Check a data set at the public boundary: ``MoRData(x (n, d), y (n,))`` or a pair."""
         if not (isinstance(data, tuple) and len(data) == 2):
             raise TypeError("data must be MoRData(x, y) or a pair (x, y) with x (n, d), y (n,)")
-        x = _validate.check_array(data[0], "data.x", ndim=2)
-        y = _validate.check_array(data[1], "data.y", ndim=1)
+        x = _validate.check_array(data[0], "data.x", ndim=2, on_invalid=on_invalid)
+        y = _validate.check_array(data[1], "data.y", ndim=1, on_invalid=on_invalid)
         if x.shape[0] < 1 or x.shape[1] < 1:
             raise ValueError(f"data.x must have at least one row and column; got {x.shape}")
         if y.shape[0] != x.shape[0]:

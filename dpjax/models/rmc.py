@@ -223,7 +223,7 @@ class RegressionMissingCovariates:
     def num_records(self, data: RMCData) -> int:
         return int(data.x.shape[0])
 
-    def validate_data(self, data: Any) -> RMCData:
+    def validate_data(self, data: Any, on_invalid: str = "raise") -> RMCData:
         """Check a data set at the public boundary: ``RMCData(x (n, d), z (n, d), y (n,))`` or
         a triple; ``z`` must be 0/1 (or boolean); missing entries of ``x`` may hold any finite
         value (they are ignored) -- pass 0 where unknown."""
@@ -231,14 +231,16 @@ class RegressionMissingCovariates:
             raise TypeError(
                 "data must be RMCData(x, z, y) or a triple (x (n, d), z (n, d), y (n,))"
             )
-        x = _validate.check_array(data[0], "data.x", ndim=2)
-        z = _validate.check_array(data[1], "data.z", ndim=2, allow_bool=True)
-        y = _validate.check_array(data[2], "data.y", ndim=1)
+        x = _validate.check_array(data[0], "data.x", ndim=2, on_invalid=on_invalid)
+        z = _validate.check_array(data[1], "data.z", ndim=2, allow_bool=True,
+                                  on_invalid=on_invalid)
+        y = _validate.check_array(data[2], "data.y", ndim=1, on_invalid=on_invalid)
         if x.shape[0] < 1 or x.shape[1] < 1:
             raise ValueError(f"data.x must have at least one row and column; got {x.shape}")
         if z.shape != x.shape:
             raise ValueError(f"data.z must have the shape of data.x {x.shape}; got {z.shape}")
-        if not np.isin(z, (0, 1)).all():
+        if on_invalid == "raise" and not np.isin(z, (0, 1)).all():
+            # under "clip" the statistic clamps the mask to [0, 1] instead (no value check)
             raise ValueError("data.z must contain only 0 (missing) and 1 (observed)")
         if y.shape[0] != x.shape[0]:
             raise ValueError(
