@@ -24,6 +24,7 @@ run here only to reproduce the paper's comparison.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Any
 
@@ -53,13 +54,13 @@ class HorizonConfig(IVConfig):
 
     title = ""
 
+    @abc.abstractmethod
     def runs(self, T: int) -> list[tuple[str, Any, list[tuple[float, float]]]]:
         """Per horizon ``T``: ``(key, estimator, [(rho1, rho2), ...])``, one setting each."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def panels(self) -> list[tuple[str, list[Curve]]]:
         """The panels: ``(title, curves)``."""
-        raise NotImplementedError
 
     def _ref(self) -> Curve:
         return Curve("rho1 = rho2 = inf (2S-GD)",

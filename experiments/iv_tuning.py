@@ -24,6 +24,7 @@ proportional to gamma. The fraction of clipped per-sample gradients of the last 
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from typing import Any
@@ -59,12 +60,13 @@ class TuningConfig(IVConfig):
         prm, _ = parameters(LinearIV(self.dim, self.dim, self.dim), self.param_seed)
         return dp_iv.paper_step_sizes(prm.theta, self.n, self.tau)
 
+    @abc.abstractmethod
     def levels(self, est, s) -> tuple[dict[str, float], ...]:
-        raise NotImplementedError
+        """The levels of the figure's setting (each figure's configuration defines them)."""
 
+    @abc.abstractmethod
     def panels(self, rows: list[dict[str, Any]]) -> tuple[list[Panel], str]:
         """The panels and the figure's title, from the final-iterate rows."""
-        raise NotImplementedError
 
 
 @dataclasses.dataclass(frozen=True)
