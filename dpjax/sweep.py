@@ -126,6 +126,9 @@ class Setting:
         n: the nominal number of records (for ledgers).
         data_group: settings with the same group share their data keys (so every method of
             a real-data study sees the same per-repetition split); default: the setting's own.
+        final_only: record only the starting value and the final iterate (a study over many
+            horizons ``T``): the run is one block of the study whose key is
+            ``fold_in(level_key, 0)``, its step ``t`` using ``fold_in(that, t)``.
     """
 
     key: str
@@ -140,6 +143,7 @@ class Setting:
     levels: tuple[dict[str, float], ...]
     n: int
     data_group: str | None = None
+    final_only: bool = False
 
     @property
     def draw_truth(self) -> PerRepetition | None:
@@ -206,6 +210,7 @@ def _repetition(
     plan: DataPlan,
     data_mode: str,
     draw_truth: PerRepetition | None,
+    final_only: bool,
     r: jax.Array,
     data_key: jax.Array,
     noise_key: jax.Array,
@@ -241,11 +246,15 @@ def _repetition(
         return record(state, truth), info.events
 
     def one_level(level_key, hp, s0):
+        if final_only:  # one block of the study: its key fold_in(level_key, 0), then per step
+            final, events = run(estimator, jax.random.fold_in(level_key, 0), data, s0, hp,
+                                lambda state, info: info.events)
+            return jax.tree_util.tree_map(lambda x: x[None], record(final, truth)), events
         return run(estimator, level_key, data, s0, hp, record_step)[1]
 
     # The one driver, vmapped over levels: the data (or each streamed batch) do not depend on
     # the level, so they are computed once for all levels.
-    trace, events = jax.vmap(one_level)(level_keys, hparams, state0)  # leaves (L, T, ...)
+    trace, events = jax.vmap(one_level)(level_keys, hparams, state0)  # leaves (L, T or 1, ...)
     record_levels = jax.vmap(record, in_axes=(0, None))
     rec0 = record_levels(state0, truth)  # (L, ...)
     if not isinstance(rec0, dict):
@@ -283,6 +292,7 @@ def make_kernel(
     data_mode: Literal["materialize", "stream"] = "materialize",
     num_devices: int = 1,
     draw_truth: PerRepetition | None = None,
+    final_only: bool = False,
 ) -> Callable:
     """The jitted kernel ``(reps (C,), data_key, noise_key, truth, hparams (L,), ids (L,))`` ->
     record with leading axes ``(C, L, num_steps + 1)``.
@@ -291,13 +301,15 @@ def make_kernel(
     the repetition axis is split over the first ``num_devices`` devices with ``shard_map`` (``C``
     must be a multiple of ``num_devices``).
     """
-    cache_key = (estimator, simulate, init, record, plan, data_mode, num_devices, draw_truth)
+    cache_key = (estimator, simulate, init, record, plan, data_mode, num_devices, draw_truth,
+                 final_only)
     if cache_key not in _KERNELS:
         _KERNELS[cache_key] = _build_kernel(*cache_key)
     return _KERNELS[cache_key]
 
 
-def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_devices, draw_truth):
+def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_devices, draw_truth,
+                  final_only):
     if data_mode not in ("materialize", "stream"):
         raise ValueError(f"data_mode must be 'materialize' or 'stream'; got {data_mode!r}")
     if data_mode == "stream" and (estimator.batching != "disjoint"
@@ -312,7 +324,7 @@ def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_device
             f"{plan.num_records} records for {estimator.num_steps} iterations")
 
     rep_fn = functools.partial(_repetition, estimator, simulate, init, record, plan, data_mode,
-                               draw_truth)
+                               draw_truth, final_only)
 
     def chunk(reps, data_key, noise_key, truth, hparams, ids):
         return jax.vmap(rep_fn, in_axes=(0, None, None, None, None, None))(
@@ -386,7 +398,7 @@ def run_setting(
     devices = max(1, min(devices, chunk_size))
     kernel = make_kernel(
         setting.estimator, setting.simulate, setting.init, setting.record, setting.plan,
-        data_mode, devices, setting.draw_truth,
+        data_mode, devices, setting.draw_truth, setting.final_only,
     )
     # Host (NumPy) inputs: valid global values under multi-process JAX as well.
     data_key, noise_key = (
@@ -511,7 +523,8 @@ def study_function(
     (argmax) are piecewise constant.
     """
     kernel = make_kernel(setting.estimator, setting.simulate, setting.init, setting.record,
-                         setting.plan, data_mode, num_devices, setting.draw_truth)
+                         setting.plan, data_mode, num_devices, setting.draw_truth,
+                         setting.final_only)
     data_key, noise_key = (jax.random.key_data(k)
                            for k in study_keys(seed, setting.key, setting.data_group))
     ids = jnp.asarray(setting.level_ids())

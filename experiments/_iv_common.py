@@ -3,11 +3,9 @@
 * :func:`tracked` wraps an IV estimator for a study: its state also carries the closed-form 2SLS
   estimate of the repetition's data set (a diagnostic, so that both ``||beta_t - beta||`` and
   ``||beta_t - beta_hat_2SLS||`` can be recorded: spec 004 §6 B4) and the last step's clip
-  fractions. With ``final_only=True`` the whole ``T``-step run is one step of the wrapper, so a
-  study over many horizons ``T`` records only the final iterate (step ``t`` of the inner run uses
-  ``fold_in(key, t)`` with ``key`` the wrapper's single step key). The privacy ledger is the
-  wrapped estimator's, composed from the wrapped steps' privacy events (the wrapper's
-  ``info.events``; with ``final_only`` they gain an axis of the ``T`` inner steps): the
+  fractions. A study over many horizons ``T`` records only the final iterate with
+  ``Setting(final_only=True)`` (the sweep engine's option; no nested scan here). The privacy
+  ledger is the wrapped estimator's, composed from the wrapped steps' privacy events: the
   diagnostic is never released.
 * :class:`IVRecord` -- the recorded metrics.
 * :func:`level` -- one privacy level: the hyperparameters plus display columns (the requested
@@ -56,11 +54,11 @@ class TrackedState(NamedTuple):
 
 
 class TrackedInfo(NamedTuple):
-    events: tuple  # the wrapped step's privacy events (Theta, beta); (T,)-stacked if final-only
+    events: tuple  # the wrapped step's privacy events (Theta, beta)
 
 
 @functools.cache
-def tracked(estimator: Estimator, final_only: bool = False) -> Estimator:
+def tracked(estimator: Estimator) -> Estimator:
     """The estimator with a 2SLS diagnostic in its state (see the module docstring)."""
 
     def init(params0: Any) -> TrackedState:
@@ -69,25 +67,14 @@ def tracked(estimator: Estimator, final_only: bool = False) -> Estimator:
         return TrackedState(inner, jnp.zeros_like(inner.beta), zero, zero)
 
     def step(key: jax.Array, state: TrackedState, data: IVData, hparams: Any):
-        if final_only:
-            def body(carry, t):
-                new, info = estimator.step(jax.random.fold_in(key, t), carry, data, hparams)
-                return new, (info.clip_frac1, info.clip_frac2, info.events)
-
-            inner, (c1, c2, events) = jax.lax.scan(body, state.inner,
-                                                   jnp.arange(estimator.num_steps))
-            c1, c2 = c1[-1], c2[-1]
-        else:
-            inner, info = estimator.step(key, state.inner, data, hparams)
-            c1, c2, events = info.clip_frac1, info.clip_frac2, info.events
+        inner, info = estimator.step(key, state.inner, data, hparams)
+        # the same for every step and level: XLA hoists it out of the scan
         beta_hat, _ = two_stage_least_squares(data)
         dtype = inner.beta.dtype
-        return TrackedState(inner, beta_hat.astype(dtype), c1.astype(dtype),
-                            c2.astype(dtype)), TrackedInfo(events)
+        return TrackedState(inner, beta_hat.astype(dtype), info.clip_frac1.astype(dtype),
+                            info.clip_frac2.astype(dtype)), TrackedInfo(info.events)
 
-    name = estimator.name + ("/final-only" if final_only else "")
-    return Estimator(name, init, step, 1 if final_only else estimator.num_steps, "full",
-                     estimator.ledger)
+    return Estimator(estimator.name, init, step, estimator.num_steps, "full", estimator.ledger)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,8 +152,9 @@ def horizon_setting(key: str, method: str, estimator: Estimator, model: LinearIV
         key=key,
         columns={"method": method, "n": n, "d": model.p, "s": model.p, "p": model.p,
                  "q": model.q, "r": model.r, "T": T},
-        estimator=tracked(estimator, final_only=True), simulate=model.simulate,
+        estimator=tracked(estimator), simulate=model.simulate,
         init=ZeroInit(model.q, model.p), record=IVRecord(model.p), truth=truth,
         plan=DataPlan(1, n), hparams_type=dp_iv.DPIVHyperparams, levels=levels, n=n,
+        final_only=True,
     )
 

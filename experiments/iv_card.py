@@ -112,7 +112,7 @@ def settings(c):
             levels += (level(est, n, rho1=INF, rho2=INF, c0=INF, **common),)
         # The main panels record every iteration (learning paths); the rest only beta^(T).
         out.append(Setting(key=f"card,{cal}", columns={"method": est.name} | cols,
-                           estimator=tracked(est, final_only=cal != "paper"), levels=levels,
+                           estimator=tracked(est), levels=levels, final_only=cal != "paper",
                            **base))
     est = dp_iv.dp_2s_gd(T, "paper")
     levels = tuple(
@@ -121,7 +121,7 @@ def settings(c):
         for r in c["rho_grid"])
     if levels:
         out.append(Setting(key="card,gamma", columns={"method": est.name} | cols,
-                           estimator=tracked(est, final_only=True), levels=levels, **base))
+                           estimator=tracked(est), levels=levels, final_only=True, **base))
     return out
 
 

@@ -252,3 +252,31 @@ def test_a_truth_drawn_per_repetition(reference):
     truths = [np.asarray(_unit_beta_per_rep(jax.random.fold_in(jax.random.fold_in(
         sweep.study_keys(3, "per-rep")[0], r), sweep.TRUTH_TAG))) for r in range(2)]
     assert not np.allclose(truths[0], truths[1])
+
+
+def test_final_only_records_the_start_and_the_final_iterate():
+    """Setting(final_only=True): the metrics hold the starting value and the final iterate,
+    from a run keyed fold_in(level_key, 0); its ledger events cover every step."""
+    import dataclasses
+
+    st = dataclasses.replace(_setting(), key="final", final_only=True)
+    out = sweep.run_setting(st, reps=3, seed=3, num_devices=1)
+    assert out["error"].shape == (3, 3, 2)
+    np.testing.assert_allclose(out["error"][:, :, 0], 0.125, rtol=1e-5)
+    metrics, events = sweep.split_events(out, sweep.event_structure(st))
+    assert np.shape(events[0].scale) == (3, 3, N0)
+    # the same final iterate as a plain run of the estimator with the block's key
+    data_key, noise_key = sweep.study_keys(3, "final")
+    r, level = 1, 0
+    dk = jax.random.fold_in(data_key, r)
+    truth = jnp.asarray(st.truth)
+    data = jax.tree_util.tree_map(
+        lambda *b: jnp.concatenate(b),
+        *[MODEL.simulate(jax.random.fold_in(dk, b), N // N0, truth) for b in range(N0)])
+    beta0 = INIT(jax.random.fold_in(dk, sweep.INIT_TAG), truth)
+    level_key = jax.random.fold_in(jax.random.fold_in(noise_key, r), int(st.level_ids()[level]))
+    hp = jax.tree_util.tree_map(lambda x: x[level], st.hparams())
+    final, _ = base.run(st.estimator, jax.random.fold_in(level_key, 0), data,
+                        st.estimator.init(beta0), hp)
+    np.testing.assert_allclose(out["error"][r, level, 1],
+                               np.linalg.norm(np.asarray(final.beta) - st.truth), rtol=1e-5)
