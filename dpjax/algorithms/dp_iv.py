@@ -92,13 +92,12 @@ __all__ = [
     "paper_step_sizes",
     "per_step_rho",
     "psi_tau",
-    "tsls",
     "two_stage_gd",
 ]
 
 Calibration = Literal["paper", "tight"]
 CALIBRATIONS: tuple[str, ...] = ("paper", "tight")
-Variant = Literal["dp", "beta-only", "none", "2sls"]
+Variant = Literal["dp", "beta-only", "none"]
 DEFAULT_DELTA = 1e-5  # the paper's delta for (epsilon, delta) conversions (Sec 4, footnote 3)
 
 
@@ -172,11 +171,6 @@ def _make_step(variant: Variant, calibration: Calibration, num_iterations: int):
         theta, beta = state.theta, state.beta
         dtype = beta.dtype
         zero = jnp.zeros((), dtype)
-        if variant == "2sls":
-            del key
-            beta_hat, theta_hat = iv.two_stage_least_squares(data)
-            return DPIVState(theta_hat.astype(dtype), beta_hat.astype(dtype)), DPIVInfo(
-                zero, zero, zero, zero, _no_release())
         if variant == "none":
             del key  # non-private: no randomness
             g1 = iv.first_stage_gradient(theta, data)
@@ -217,7 +211,7 @@ def _init(params0: Any) -> DPIVState:
     return DPIVState(jnp.asarray(theta0, dtype), jnp.asarray(beta0, dtype))
 
 
-_NAMES = {"dp": "dp-2s-gd", "beta-only": "dp-2s-gd-beta", "none": "2s-gd", "2sls": "2sls"}
+_NAMES = {"dp": "dp-2s-gd", "beta-only": "dp-2s-gd-beta", "none": "2s-gd"}
 
 
 @functools.lru_cache(maxsize=256)
@@ -256,11 +250,6 @@ def two_stage_gd(num_iterations: int) -> Estimator:
     return _build("none", "paper", num_iterations)
 
 
-def tsls() -> Estimator:
-    """Closed-form 2SLS as a one-step estimator (non-private baseline for sweeps)."""
-    return _build("2sls", "paper", 1)
-
-
 # --------------------------------------------------------------------------------------------
 # Ledger
 # --------------------------------------------------------------------------------------------
@@ -283,10 +272,9 @@ def _ledger(
     ev1, ev2 = events
     notes = [f"n = {n}, T = {T}, eta = {eta:g}, alpha = {alpha:g}, "
              f"gamma1 = {gamma1:g}, gamma2 = {gamma2:g}"]
-    if variant in ("none", "2sls"):
-        what = (("Theta^(t) of unclipped, noise-free two-stage GD",
-                 "beta^(t) of unclipped, noise-free two-stage GD") if variant == "none"
-                else ("closed-form 2SLS Theta_hat", "closed-form 2SLS beta_hat"))
+    if variant == "none":
+        what = ("Theta^(t) of unclipped, noise-free two-stage GD",
+                "beta^(t) of unclipped, noise-free two-stage GD")
         releases = [Release.from_event(ev, w) for ev, w in zip(events, what)]
         notes.append("non-private baseline")
         return Ledger.build(name, releases, "basic", variant="non-private", notes=notes)
@@ -644,7 +632,6 @@ def _register() -> None:
         ("dp-2s-gd-beta/paper (not DP as claimed)", functools.partial(dp_2s_gd_beta_only, T),
          dict(ledger_private=False)),
         ("2s-gd", functools.partial(two_stage_gd, T), dict(private=False)),
-        ("2sls", tsls, dict(private=False)),
     ]:
         registry.register(registry.Entry(name, "dp-iv", build, _example, **kw))
 
