@@ -19,7 +19,7 @@ INF = math.inf
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
           "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
 # the recorded metrics of iterations.csv rows (every other column identifies the row's group)
-METRICS = ("error", "error_2sls", "estimate", "clip1", "clip2", "log_sq_error",
+METRICS = ("error", "error_2sls", "error_of_2sls", "estimate", "clip1", "clip2", "log_sq_error",
            "support_recall", "error_sym")
 
 

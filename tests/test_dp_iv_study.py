@@ -174,3 +174,18 @@ def test_an_iv_study_takes_delta_and_records_it_in_the_ledger(tmp_path):
     with pytest.raises(ConfigError, match="delta"):
         run_experiment(exp, tmp_path / "bad", reps=1, quick=True, progress=False,
                        overrides=small | {"delta": "1.5"})
+
+
+def test_final_rows_keep_one_row_per_setting_level_and_repetition(tmp_path):
+    """Every recorded metric is left out of final_rows' grouping: a metric that changes between
+    iterations (here error_of_2sls, 0 before the first step) must not split a run in two."""
+    from dpjax.experiments import registry
+    from dpjax.experiments._common import final_rows
+    from dpjax.study import run_experiment
+
+    out = run_experiment(registry()["iv_fig9"], tmp_path, reps=2, quick=True, progress=False,
+                         overrides={"n_grid": "500", "T_grid": "10"})
+    final = final_rows(out.iteration_rows)
+    assert len(final) == len(out.rows) == 2
+    assert all(r["iteration"] == 1 for r in final)
+    assert {r["error"] for r in final} == {r["error"] for r in out.rows}
