@@ -83,6 +83,12 @@ class GaussianMixture:
         n = data.y.shape[0]
         return (self.posterior_sign(beta, data) @ data.y) / n - beta
 
+    def per_sample_gradients(self, beta: jax.Array, data: GMMData) -> jax.Array:
+        """``grad q_i(beta; beta) = (2 w_beta(y_i) - 1) y_i - beta`` for every record, ``(n, d)``
+        (spec 002 eq. 23, with the exact weight by default); their mean is :meth:`gradient`."""
+        w = self.posterior_sign(beta, data)
+        return w[:, None] * data.y - beta[None, :]
+
     def truncated_gradient(
         self, beta: jax.Array, data: GMMData, truncation: Any
     ) -> BoundedStatistic:

@@ -148,6 +148,13 @@ class MixtureOfRegressions:
         c = self._coefficient(beta, data)
         return ((c * data.y) @ data.x - (data.x @ beta) @ data.x) / n
 
+    def per_sample_gradients(self, beta: jax.Array, data: MoRData) -> jax.Array:
+        """``grad q_i(beta; beta) = ((2 w - 1) y_i - <x_i, beta>) x_i`` for every record,
+        ``(n, d)`` (spec 002 eq. 24; ``2 w`` for ``gradient_form="paper"``); their mean is
+        :meth:`gradient`."""
+        c = self._coefficient(beta, data)
+        return (c * data.y - data.x @ beta)[:, None] * data.x
+
     def truncated_gradient(
         self, beta: jax.Array, data: MoRData, truncation: Any
     ) -> BoundedStatistic:

@@ -182,6 +182,15 @@ class RegressionMissingCovariates:
         k_beta = miss * beta[None, :] + m * (m @ beta)[:, None] - nv * (nv @ beta)[:, None]
         return jnp.sum(data.y[:, None] * m - k_beta, axis=0) / n
 
+    def per_sample_gradients(self, beta: jax.Array, data: RMCData) -> jax.Array:
+        """``grad q_i(beta; beta) = y_i m_i - K_i beta`` for every record, ``(n, d)`` (spec 002
+        eqs. 25-27, the printed ``K``, computed without forming it); their mean is
+        :meth:`gradient`."""
+        m, nv = self.conditional_mean(beta, data)
+        miss = 1.0 - data.z
+        k_beta = miss * beta[None, :] + m * (m @ beta)[:, None] - nv * (nv @ beta)[:, None]
+        return data.y[:, None] * m - k_beta
+
     def truncated_gradient(
         self, beta: jax.Array, data: RMCData, truncation: Any
     ) -> BoundedStatistic:
