@@ -26,7 +26,7 @@ import numpy as np
 
 from dpjax.algorithms import dp_iv
 from dpjax.base import Estimator, probe_events
-from dpjax.config import Config, param
+from dpjax.config import Config, ConfigError, param
 from dpjax.experiments._common import INF
 from dpjax.experiments._common import ZeroInit as _ZeroInit
 from dpjax.models.iv import IVData, LinearIV, two_stage_least_squares
@@ -104,12 +104,32 @@ def ZeroInit(q: int, p: int) -> _ZeroInit:
     return _ZeroInit(((q, p), (p,)))
 
 
-def parameters(model: LinearIV, seed: int):
-    """The true parameters of ``model``, drawn once per ``(p, q, r)`` and ``seed`` (spec 004
-    §6 B5), and the packed vector."""
-    key = jax.random.fold_in(jax.random.key(seed), 1_000_000 * model.p + 1000 * model.q + model.r)
+def parameters(model: LinearIV, c: Any):
+    """The true parameters of ``model``, drawn once per ``(p, q, r)`` and ``c["param_seed"]``
+    (spec 004 §6 B5), with the first-stage ``Theta`` read from ``c["theta_file"]`` (a ``.npy``
+    of shape ``(q, p)``) when one is given -- the IV error depends strongly on Theta -- and the
+    packed vector."""
+    key = jax.random.fold_in(jax.random.key(c["param_seed"]),
+                            1_000_000 * model.p + 1000 * model.q + model.r)
     prm = model.draw_parameters(key)
+    if c["theta_file"]:
+        prm = prm._replace(theta=load_theta(c["theta_file"], model.q, model.p))
     return prm, model.pack(prm)
+
+
+def load_theta(path: str, q: int, p: int) -> np.ndarray:
+    """A given first-stage Theta: a finite ``(q, p)`` array saved with ``numpy.save``."""
+    try:
+        theta = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--set theta_file: cannot read {path!r} as a .npy array ({exc})"
+                          ) from None
+    if theta.shape != (q, p) or not np.issubdtype(theta.dtype, np.number):
+        raise ConfigError(f"--set theta_file: Theta must be a real array of shape (q, p) = "
+                          f"({q}, {p}); got {theta.dtype} {theta.shape}")
+    if not np.isfinite(theta).all():
+        raise ConfigError("--set theta_file: Theta must be finite")
+    return theta.astype(np.float32)
 
 
 def level(estimator: Estimator, n: int, *, rho1: float, rho2: float, eta: float, alpha: float,

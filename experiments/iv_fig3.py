@@ -51,6 +51,8 @@ class Fig3Config(IVConfig):
                                            doc="c0 of gamma = c0 (sqrt q + sqrt(tau + log nT))^2")
     calibration: str = param("paper", choices=dp_iv.CALIBRATIONS, doc="noise calibration")
     param_seed: int = param(0, ge=0, doc="seed of the true parameters")
+    theta_file: str = param("", doc="a .npy file with the first-stage Theta (q x p) to use "
+                            "instead of the one drawn from param_seed (empty: draw it)")
     references: bool = param(True, doc="add non-private 2S-GD and 2SLS")
 
     def check(self) -> None:
@@ -70,7 +72,7 @@ def settings(c):
     T = c["T"]
     for d in c["dims"]:
         model = LinearIV(d, d, d)
-        prm, truth = parameters(model, c["param_seed"])
+        prm, truth = parameters(model, c)
         for n in c["n_grid"]:
             steps = dp_iv.paper_step_sizes(prm.theta, n, c["tau"])
             cols = {"n": n, "d": d, "s": d, "p": d, "q": d, "r": d, "T": T}

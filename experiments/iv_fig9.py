@@ -31,6 +31,8 @@ class Fig9Config(IVConfig):
     T_grid: tuple[int, ...] = param((100, 1000), ge=1, doc="the horizons T of 2S-GD")
     tau: float = param(5.0, ge=0, doc="tail parameter of the step sizes")
     param_seed: int = param(0, ge=0, doc="seed of the true parameters")
+    theta_file: str = param("", doc="a .npy file with the first-stage Theta (q x p) to use "
+                            "instead of the one drawn from param_seed (empty: draw it)")
 
 
 DEFAULTS = Fig9Config()
@@ -40,7 +42,7 @@ QUICK = dataclasses.replace(DEFAULTS, n_grid=(500, 2000), T_grid=(100,))
 def settings(c):
     d = c["dim"]
     model = LinearIV(d, d, d)
-    prm, truth = parameters(model, c["param_seed"])
+    prm, truth = parameters(model, c)
     out = []
     for n in c["n_grid"]:
         s = dp_iv.paper_step_sizes(prm.theta, n, c["tau"])
@@ -62,7 +64,7 @@ def plot(iter_rows, summary, c, path):
     curves.append(Curve("2SLS (closed form, same data)", {"method": "2s-gd", "T": T0}, "black",
                         "--", "s", y="error_of_2sls"))
     model = LinearIV(c["dim"], c["dim"], c["dim"])
-    prm, _ = parameters(model, c["param_seed"])
+    prm, _ = parameters(model, c)
     import numpy as np
 
     sv = np.linalg.svd(prm.theta, compute_uv=False)

@@ -51,6 +51,8 @@ class HorizonConfig(IVConfig):
                               doc="c0 of gamma = c0 (sqrt q + sqrt(tau + log nT))^2")
     calibration: str = param("paper", choices=dp_iv.CALIBRATIONS, doc="noise calibration")
     param_seed: int = param(0, ge=0, doc="seed of the true parameters")
+    theta_file: str = param("", doc="a .npy file with the first-stage Theta (q x p) to use "
+                            "instead of the one drawn from param_seed (empty: draw it)")
 
     title = ""
 
@@ -121,7 +123,7 @@ def settings(c: HorizonConfig):
     gamma = c0 (sqrt q + sqrt(tau + log nT))^2, a non-private stage does not clip."""
     n, d = c.n, c.dim
     model = LinearIV(d, d, d)
-    prm, truth = parameters(model, c.param_seed)
+    prm, truth = parameters(model, c)
     steps = dp_iv.paper_step_sizes(prm.theta, n, c.tau)
     common = dict(eta=steps.eta, alpha=steps.alpha, delta=c.delta)
     out = []

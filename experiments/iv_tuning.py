@@ -54,10 +54,12 @@ class TuningConfig(IVConfig):
     tau: float = param(5.0, ge=0, doc="tail parameter of the step sizes and the clipping rule")
     calibration: str = param("paper", choices=dp_iv.CALIBRATIONS, doc="noise calibration")
     param_seed: int = param(0, ge=0, doc="seed of the true parameters")
+    theta_file: str = param("", doc="a .npy file with the first-stage Theta (q x p) to use "
+                            "instead of the one drawn from param_seed (empty: draw it)")
 
     def steps(self) -> dp_iv.StepSizes:
         """The paper's step sizes (and their bounds) from the true Theta."""
-        prm, _ = parameters(LinearIV(self.dim, self.dim, self.dim), self.param_seed)
+        prm, _ = parameters(LinearIV(self.dim, self.dim, self.dim), self)
         return dp_iv.paper_step_sizes(prm.theta, self.n, self.tau)
 
     @abc.abstractmethod
@@ -189,7 +191,7 @@ class Fig8Config(TuningConfig):
 def settings(c: TuningConfig):
     n, d, T = c.n, c.dim, c.T
     model = LinearIV(d, d, d)
-    _, truth = parameters(model, c.param_seed)
+    _, truth = parameters(model, c)
     est = dp_iv.dp_2s_gd(T, c.calibration)
     return [Setting(
         key=f"dp,n={n},d={d}", columns={"method": est.name, "n": n, "d": d, "s": d, "p": d,

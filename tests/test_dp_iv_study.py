@@ -189,3 +189,30 @@ def test_final_rows_keep_one_row_per_setting_level_and_repetition(tmp_path):
     assert len(final) == len(out.rows) == 2
     assert all(r["iteration"] == 1 for r in final)
     assert {r["error"] for r in final} == {r["error"] for r in out.rows}
+
+
+def test_an_iv_study_takes_a_given_first_stage_theta(tmp_path):
+    """--set theta_file: the simulation uses the given Theta (the IV error depends strongly on
+    it), config.json records the file, and a wrong shape is one clear error."""
+    import json
+
+    from dpjax.config import ConfigError
+    from dpjax.experiments import registry
+    from dpjax.study import run_experiment
+
+    exp = registry()["iv_fig8"]
+    small = {"n": "300", "num_gammas": "2", "T": "3"}
+    theta = tmp_path / "theta.npy"
+    np.save(theta, (4.0 * np.eye(5) + 0.1).astype(np.float32))
+    a = run_experiment(exp, tmp_path / "a", reps=2, quick=True, progress=False,
+                       overrides=small | {"theta_file": str(theta)})
+    b = run_experiment(exp, tmp_path / "b", reps=2, quick=True, progress=False,
+                       overrides=small)
+    assert [r["error"] for r in a.rows] != [r["error"] for r in b.rows]
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert cfg["config"]["theta_file"] == str(theta)
+    np.save(theta, np.eye(3, dtype=np.float32))
+    with pytest.raises(ConfigError, match=r"theta_file: Theta must be a real array of shape"):
+        run_experiment(exp, tmp_path / "c", reps=1, quick=True, progress=False,
+                       overrides=small | {"theta_file": str(theta)})
+    assert not (tmp_path / "c").exists()
