@@ -104,16 +104,15 @@ def ZeroInit(q: int, p: int) -> _ZeroInit:
     return _ZeroInit(((q, p), (p,)))
 
 
-def parameters(model: LinearIV, c: Any):
-    """The true parameters of ``model``, drawn once per ``(p, q, r)`` and ``c["param_seed"]``
-    (spec 004 §6 B5), with the first-stage ``Theta`` read from ``c["theta_file"]`` (a ``.npy``
-    of shape ``(q, p)``) when one is given -- the IV error depends strongly on Theta -- and the
-    packed vector."""
-    key = jax.random.fold_in(jax.random.key(c["param_seed"]),
-                            1_000_000 * model.p + 1000 * model.q + model.r)
+def parameters(model: LinearIV, seed: int, theta_file: str = ""):
+    """The true parameters of ``model``, drawn once per ``(p, q, r)`` and ``seed`` (spec 004
+    §6 B5), with the first-stage ``Theta`` read from ``theta_file`` (a ``.npy`` of shape
+    ``(q, p)``) when one is given -- the IV error depends strongly on Theta -- and the packed
+    vector."""
+    key = jax.random.fold_in(jax.random.key(seed), 1_000_000 * model.p + 1000 * model.q + model.r)
     prm = model.draw_parameters(key)
-    if c["theta_file"]:
-        prm = prm._replace(theta=load_theta(c["theta_file"], model.q, model.p))
+    if theta_file:
+        prm = prm._replace(theta=load_theta(theta_file, model.q, model.p))
     return prm, model.pack(prm)
 
 

@@ -72,7 +72,7 @@ def settings(c):
     T = c["T"]
     for d in c["dims"]:
         model = LinearIV(d, d, d)
-        prm, truth = parameters(model, c)
+        prm, truth = parameters(model, c["param_seed"], c["theta_file"])
         for n in c["n_grid"]:
             steps = dp_iv.paper_step_sizes(prm.theta, n, c["tau"])
             cols = {"n": n, "d": d, "s": d, "p": d, "q": d, "r": d, "T": T}

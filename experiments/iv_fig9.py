@@ -42,7 +42,7 @@ QUICK = dataclasses.replace(DEFAULTS, n_grid=(500, 2000), T_grid=(100,))
 def settings(c):
     d = c["dim"]
     model = LinearIV(d, d, d)
-    prm, truth = parameters(model, c)
+    prm, truth = parameters(model, c["param_seed"], c["theta_file"])
     out = []
     for n in c["n_grid"]:
         s = dp_iv.paper_step_sizes(prm.theta, n, c["tau"])
@@ -64,7 +64,7 @@ def plot(iter_rows, summary, c, path):
     curves.append(Curve("2SLS (closed form, same data)", {"method": "2s-gd", "T": T0}, "black",
                         "--", "s", y="error_of_2sls"))
     model = LinearIV(c["dim"], c["dim"], c["dim"])
-    prm, _ = parameters(model, c)
+    prm, _ = parameters(model, c["param_seed"], c["theta_file"])
     import numpy as np
 
     sv = np.linalg.svd(prm.theta, compute_uv=False)

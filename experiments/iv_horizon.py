@@ -123,7 +123,7 @@ def settings(c: HorizonConfig):
     gamma = c0 (sqrt q + sqrt(tau + log nT))^2, a non-private stage does not clip."""
     n, d = c.n, c.dim
     model = LinearIV(d, d, d)
-    prm, truth = parameters(model, c)
+    prm, truth = parameters(model, c["param_seed"], c["theta_file"])
     steps = dp_iv.paper_step_sizes(prm.theta, n, c.tau)
     common = dict(eta=steps.eta, alpha=steps.alpha, delta=c.delta)
     out = []

@@ -59,7 +59,8 @@ class TuningConfig(IVConfig):
 
     def steps(self) -> dp_iv.StepSizes:
         """The paper's step sizes (and their bounds) from the true Theta."""
-        prm, _ = parameters(LinearIV(self.dim, self.dim, self.dim), self)
+        prm, _ = parameters(LinearIV(self.dim, self.dim, self.dim), self.param_seed,
+                            self.theta_file)
         return dp_iv.paper_step_sizes(prm.theta, self.n, self.tau)
 
     @abc.abstractmethod
@@ -191,7 +192,7 @@ class Fig8Config(TuningConfig):
 def settings(c: TuningConfig):
     n, d, T = c.n, c.dim, c.T
     model = LinearIV(d, d, d)
-    _, truth = parameters(model, c)
+    _, truth = parameters(model, c["param_seed"], c["theta_file"])
     est = dp_iv.dp_2s_gd(T, c.calibration)
     return [Setting(
         key=f"dp,n={n},d={d}", columns={"method": est.name, "n": n, "d": d, "s": d, "p": d,
