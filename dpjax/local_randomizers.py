@@ -87,7 +87,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.mechanisms import BoundedStatistic, clip_l2, gaussian_sigma_classic
+from dpjax.mechanisms import (
+    BoundedStatistic,
+    PrivacyEvent,
+    _event,
+    clip_l2,
+    gaussian_sigma_classic,
+)
 
 __all__ = [
     "GaussianMeanRelease",
@@ -119,6 +125,7 @@ class GaussianRelease(NamedTuple):
 
     value: jax.Array
     sigma: jax.Array
+    event: PrivacyEvent  # the user's release (relation "local"; no composition across users)
 
 
 class GaussianMeanRelease(NamedTuple):
@@ -134,6 +141,7 @@ class GaussianMeanRelease(NamedTuple):
     value: jax.Array
     sigma: jax.Array
     sigma_mean: jax.Array
+    event: PrivacyEvent  # one user's release (each user's own guarantee; relation "local")
 
 
 class RandomizerRelease(NamedTuple):
@@ -322,6 +330,15 @@ def _mirror_upper(m: jax.Array) -> jax.Array:
     return jnp.triu(m) + jnp.triu(m, 1).T
 
 
+def _local_event(stat: BoundedStatistic, sigma: Any, delta: Any, log_constant: float
+                 ) -> PrivacyEvent:
+    """The privacy event of one user's classic-Gaussian report: built from the sigma that drew
+    the noise and the statistic's own range (relation ``"local"``)."""
+    return _event("gaussian-classic", BoundedStatistic(jnp.zeros(()), stat.sensitivity, "l2",
+                                                       "local", stat.true_sensitivity),
+                  sigma, delta, log_constant=log_constant)
+
+
 def local_gaussian(
     key: jax.Array,
     stat: BoundedStatistic,
@@ -356,7 +373,7 @@ def local_gaussian(
     sigma = jnp.asarray(local_gaussian_sigma(stat.sensitivity, epsilon, delta, log_constant),
                         value.dtype)
     noise = jax.random.normal(key, value.shape, dtype=value.dtype) * sigma
-    return GaussianRelease(value + noise, sigma)
+    return GaussianRelease(value + noise, sigma, _local_event(stat, sigma, delta, log_constant))
 
 
 def local_gaussian_symmetric(
@@ -397,7 +414,8 @@ def local_gaussian_symmetric(
     sigma = jnp.asarray(symmetric_gaussian_sigma(stat.sensitivity, epsilon, delta, log_constant),
                         value.dtype)
     noise = symmetric_gaussian_noise(key, value.shape[0], sigma, value.dtype)
-    return GaussianRelease(_mirror_upper(value) + noise, sigma)
+    return GaussianRelease(_mirror_upper(value) + noise, sigma,
+                           _local_event(stat, sigma, delta, log_constant))
 
 
 def local_gaussian_mean(
@@ -461,14 +479,16 @@ def local_gaussian_mean(
             return release(k, rec, epsilon, delta, log_constant).value
 
         reports = jax.vmap(one)(jax.random.split(key, n), values)
-        return GaussianMeanRelease(jnp.mean(reports, axis=0), sigma, sigma_mean)
+        return GaussianMeanRelease(jnp.mean(reports, axis=0), sigma, sigma_mean,
+                                   _local_event(stat, sigma, delta, log_constant))
     if symmetric:
         mean = _mirror_upper(jnp.mean(values, axis=0))
         noise = symmetric_gaussian_noise(key, values.shape[1], sigma_mean, values.dtype)
     else:
         mean = jnp.mean(values, axis=0)
         noise = jax.random.normal(key, mean.shape, dtype=values.dtype) * sigma_mean
-    return GaussianMeanRelease(mean + noise, sigma, sigma_mean)
+    return GaussianMeanRelease(mean + noise, sigma, sigma_mean,
+                               _local_event(stat, sigma, delta, log_constant))
 
 
 # --------------------------------------------------------------------------------------------

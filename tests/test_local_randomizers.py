@@ -479,3 +479,23 @@ def test_invalid_inputs_raise_errors_naming_the_parameter(key):
     # the classic calibration is unproven above epsilon = 1: a warning, not silence
     with pytest.warns(_validate.ClassicGaussianWarning):
         LR.local_gaussian_sigma(1.0, 2.0, 1e-5)
+
+
+def test_local_gaussian_releases_carry_their_privacy_event(key):
+    """Each user's report comes with a privacy event (relation local) made from the sigma that
+    drew its noise; the ledger's per-user guarantee is the requested (epsilon, delta)."""
+    from dpjax.accounting import Release
+
+    eps, delta = 0.8, 1e-5
+    vec = BoundedStatistic(jnp.ones(4), jnp.float32(2.0), "l2", "local")
+    k1, k2, k3 = jax.random.split(key, 3)
+    rel = LR.local_gaussian(k1, vec, eps, delta)
+    assert rel.event.relation == "local" and rel.event.kind == "gaussian-classic"
+    assert float(rel.event.scale) == pytest.approx(float(rel.sigma))
+    assert Release.from_event(rel.event, "x").delivered().epsilon == pytest.approx(eps, rel=1e-5)
+    mat = BoundedStatistic(jnp.eye(3), jnp.float32(2.0), "l2", "local")
+    sym = LR.local_gaussian_symmetric(k2, mat, eps, delta)
+    assert Release.from_event(sym.event, "xx'").delivered().epsilon == pytest.approx(eps, rel=1e-5)
+    many = BoundedStatistic(jnp.ones((50, 4)), jnp.float32(2.0), "l2", "local")
+    mean = LR.local_gaussian_mean(k3, many, eps, delta)
+    assert float(mean.event.scale) == pytest.approx(float(mean.sigma))  # one user's scale
