@@ -92,6 +92,7 @@ from dpjax.mechanisms import (
     PrivacyEvent,
     _event,
     clip_l2,
+    gaussian_mechanism,
     gaussian_sigma_classic,
 )
 
@@ -369,11 +370,11 @@ def local_gaussian(
         :class:`GaussianRelease` ``(value + noise, sigma)``.
     """
     _require_local_l2(stat, "local_gaussian")
-    value = jnp.asarray(stat.value)
-    sigma = jnp.asarray(local_gaussian_sigma(stat.sensitivity, epsilon, delta, log_constant),
-                        value.dtype)
-    noise = jax.random.normal(key, value.shape, dtype=value.dtype) * sigma
-    return GaussianRelease(value + noise, sigma, _local_event(stat, sigma, delta, log_constant))
+    _check_gaussian_budget(epsilon, delta)
+    _check_range(stat.sensitivity, epsilon, "range_l2")
+    # the shared classic Gaussian mechanism (its noise and event); relation "local"
+    noisy, event = gaussian_mechanism(key, stat, epsilon, delta, log_constant)
+    return GaussianRelease(noisy, event.scale.astype(noisy.dtype), event)
 
 
 def local_gaussian_symmetric(

@@ -65,6 +65,7 @@ from dpjax.mechanisms import (
     clip_l2,
     gaussian_mechanism_zcdp,
 )
+from dpjax.models.protocol import EMModel
 from dpjax.robust_mean import robust_mean_statistic
 
 __all__ = [
@@ -292,8 +293,9 @@ def _ledger(
 
 def _common(key, data, model, epsilon, delta, num_iterations, beta0, eta, on_invalid):
     key = as_key(key)
-    if not callable(getattr(model, "per_sample_gradients", None)):
-        raise TypeError(f"model {type(model).__name__} has no per_sample_gradients(beta, data)")
+    if not isinstance(model, EMModel):
+        raise TypeError(f"model must implement dpjax.models.EMModel (per_sample_gradients, ...); "
+                        f"got {type(model).__name__}")
     _validate.check_on_invalid(on_invalid)
     data = model.validate_data(data, on_invalid)
     n, d = model.num_records(data), model.dim(data)

@@ -44,6 +44,9 @@ class EMModel(Protocol):
     def gradient(self, beta: jax.Array, data: Any) -> jax.Array:
         """Non-private ``grad Q_n(beta; beta)`` (no truncation)."""
 
+    def per_sample_gradients(self, beta: jax.Array, data: Any) -> jax.Array:
+        """``(n, d)``: each record's ``grad q_i(beta; beta)`` (spec 002 §2.7; DP gradient EM)."""
+
     def truncated_gradient(self, beta: jax.Array, data: Any, truncation: Any
                            ) -> BoundedStatistic:
         """The truncated statistic with its l-infinity replace-one sensitivity, finite and
