@@ -24,11 +24,15 @@ __all__ = [
     "DPJaxWarning",
     "ClassicGaussianWarning",
     "check_array",
+    "check_budget",
+    "check_choice",
+    "check_xy",
     "check_delta",
     "check_epsilon",
     "check_int_in_range",
     "check_positive",
     "check_rho",
+    "check_start",
     "check_truncation",
     "warn_classic_gaussian",
 ]
@@ -76,12 +80,14 @@ def check_delta(delta: Any, name: str = "delta") -> np.ndarray:
 
 def check_rho(rho: Any, name: str = "rho") -> np.ndarray:
     """rho (zCDP) must lie in (0, inf]; inf means no privacy."""
-    arr = _as_float_array(rho, name)
-    if np.isnan(arr).any() or (arr <= 0).any():
-        raise ValueError(
-            f"{name} must be > 0 (use float('inf') for the non-private limit); got {_show(arr)}"
-        )
-    return arr
+    return check_epsilon(rho, name)
+
+
+def check_choice(value: Any, name: str, choices: Sequence[Any]) -> Any:
+    """``value`` must be one of ``choices`` (a variant name, a calibration, a policy)."""
+    if value not in tuple(choices):
+        raise ValueError(f"{name} must be one of {tuple(choices)}; got {value!r}")
+    return value
 
 
 def check_positive(value: Any, name: str, *, allow_inf: bool = False) -> np.ndarray:
@@ -164,6 +170,21 @@ def check_array(
     return arr
 
 
+def check_xy(x: Any, y: Any, on_invalid: str = "raise", allow_bool_y: bool = False
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """A regression data set: ``x`` a real ``(n, d)`` array with ``n, d >= 1`` and ``y`` a real
+    ``(n,)`` array (finite unless ``on_invalid="clip"``)."""
+    x = check_array(x, "data.x", ndim=2, on_invalid=on_invalid)
+    y = check_array(y, "data.y", ndim=1, allow_bool=allow_bool_y, on_invalid=on_invalid)
+    if x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"data.x must have at least one row and column; got {x.shape}")
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"data.y must have one entry per row of data.x ({x.shape[0]}); got {y.shape[0]}"
+        )
+    return x, y
+
+
 ON_INVALID: tuple[str, ...] = ("raise", "clip")
 
 
@@ -171,9 +192,36 @@ def check_on_invalid(on_invalid: str) -> str:
     """The policy for non-finite and out-of-range records: ``"raise"`` (the default: right for
     simulations, where a bad record is a bug) or ``"clip"`` (real data: every value is mapped
     into the declared bounds inside the estimator, and nothing depends on it before)."""
-    if on_invalid not in ON_INVALID:
-        raise ValueError(f"on_invalid must be one of {ON_INVALID}; got {on_invalid!r}")
-    return on_invalid
+    return check_choice(on_invalid, "on_invalid", ON_INVALID)
+
+
+def check_budget(epsilon: Any, delta: Any, n: int, stacklevel: int = 4) -> tuple[float, float]:
+    """One fit's ``(epsilon, delta)``: epsilon a scalar in (0, inf], delta in (0, 1) with default
+    ``1/(2n)``; warns (private fits) when ``delta >= 1/n``, which permits releasing a record
+    outright."""
+    eps = check_epsilon(epsilon)
+    if eps.ndim:
+        raise ValueError("epsilon must be a scalar for a single fit; use dpjax.sweep for grids")
+    delta = 1.0 / (2.0 * n) if delta is None else delta
+    if np.ndim(check_delta(delta)):
+        raise ValueError("delta must be a scalar for a single fit; use dpjax.sweep for grids")
+    if np.isfinite(eps) and float(delta) >= 1.0 / n:
+        warnings.warn(
+            f"delta = {float(delta):g} >= 1/n = {1.0 / n:g}: such a delta permits releasing a "
+            "record outright; the usual choice is delta = 1/(2n) or smaller",
+            DPJaxWarning, stacklevel=stacklevel,
+        )
+    return float(eps), float(delta)
+
+
+def check_start(beta0: Any, d: int, s: int | None = None, s_name: str = "s") -> np.ndarray:
+    """A data-independent start of shape ``(d,)`` (default zeros) with at most ``s`` non-zeros
+    (sparse estimators)."""
+    beta0 = np.zeros(d, np.float32) if beta0 is None else check_array(beta0, "beta0", shape=(d,))
+    nnz = int(np.count_nonzero(beta0))
+    if s is not None and nnz > s:
+        raise ValueError(f"beta0 must have at most {s_name} = {s} non-zeros; it has {nnz}")
+    return beta0
 
 
 def warn_classic_gaussian(epsilon: Any, stacklevel: int = 3) -> None:

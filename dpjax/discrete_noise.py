@@ -856,19 +856,27 @@ def secure_laplace_mechanism(
     Returns:
         ``(release, SecureNoise("discrete_laplace", Delta_1^Z, t, grid))``.
     """
+    def too_small(delta: int) -> str:
+        return (f"epsilon must be >= Delta_1^Z / 2^20 = {delta / T_MAX:g} for this grid: the "
+                f"integer noise scale t = Delta_1^Z / epsilon (Delta_1^Z = {delta}) must be "
+                "<= 2^20; use a coarser grid")
+
+    return _secure_release("discrete_laplace", key, value, grid, integer_sensitivity_l1,
+                           sensitivity_l1, "l1 sensitivity", discrete_laplace_calibration,
+                           epsilon, too_small, _laplace_jit)
+
+
+def _secure_release(kind, key, value, grid, integer_sensitivity, sensitivity, what,
+                    calibration, budget, too_small, sampler) -> tuple[jax.Array, SecureNoise]:
+    """The shared body of the secure mechanisms: grid, integer sensitivity, noise scale (a
+    host budget too small for the sampler's range is an error), release and its event."""
     g = _check_grid(grid)
-    size = _value_size(value)
-    delta = integer_sensitivity_l1(sensitivity_l1, g, size)
-    _check_sensitivity_int(delta, "l1 sensitivity")
-    t = _calibrate(discrete_laplace_calibration, delta, epsilon)
-    if _concrete(t) is not None and np.isnan(np.asarray(t)):
-        raise ValueError(
-            f"epsilon must be >= Delta_1^Z / 2^20 = {delta / T_MAX:g} for this grid: the integer "
-            f"noise scale t = Delta_1^Z / epsilon (Delta_1^Z = {delta}) must be <= 2^20; use a "
-            "coarser grid"
-        )
-    released = _release(key, value, g, t, _laplace_jit)
-    return released, SecureNoise("discrete_laplace", delta, t, g)
+    sens = integer_sensitivity(sensitivity, g, _value_size(value))
+    _check_sensitivity_int(sens, what)
+    scale = _calibrate(calibration, sens, budget)
+    if _concrete(scale) is not None and np.isnan(np.asarray(scale)):
+        raise ValueError(too_small(sens))
+    return _release(key, value, g, scale, sampler), SecureNoise(kind, sens, scale, g)
 
 
 def secure_gaussian_mechanism(
@@ -896,16 +904,11 @@ def secure_gaussian_mechanism(
     Returns:
         ``(release, SecureNoise("discrete_gaussian", (Delta_2^Z)^2, sigma^2, grid))``.
     """
-    g = _check_grid(grid)
-    size = _value_size(value)
-    delta_sq = integer_sensitivity_l2_sq(sensitivity_l2, g, size)
-    _check_sensitivity_int(delta_sq, "squared l2 sensitivity")
-    s2 = _calibrate(discrete_gaussian_calibration, delta_sq, rho)
-    if _concrete(s2) is not None and np.isnan(np.asarray(s2)):
-        raise ValueError(
-            f"rho must be >= (Delta_2^Z)^2 / 2^41 = {delta_sq / (2 * SIGMA2_MAX):g} for this "
-            f"grid: sigma^2 = (Delta_2^Z)^2 / (2 rho) ((Delta_2^Z)^2 = {delta_sq}) must be "
-            "<= 2^40; use a coarser grid"
-        )
-    released = _release(key, value, g, s2, _gaussian_jit)
-    return released, SecureNoise("discrete_gaussian", delta_sq, s2, g)
+    def too_small(delta_sq: int) -> str:
+        return (f"rho must be >= (Delta_2^Z)^2 / 2^41 = {delta_sq / (2 * SIGMA2_MAX):g} for this "
+                f"grid: sigma^2 = (Delta_2^Z)^2 / (2 rho) ((Delta_2^Z)^2 = {delta_sq}) must be "
+                "<= 2^40; use a coarser grid")
+
+    return _secure_release("discrete_gaussian", key, value, grid, integer_sensitivity_l2_sq,
+                           sensitivity_l2, "squared l2 sensitivity",
+                           discrete_gaussian_calibration, rho, too_small, _gaussian_jit)

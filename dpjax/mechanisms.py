@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpjax import _validate
+
 __all__ = [
     "KINDS",
     "NORMS",
@@ -103,10 +105,8 @@ class BoundedStatistic:
     true_sensitivity: jax.Array | None = None
 
     def __post_init__(self) -> None:
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}; got {self.norm!r}")
-        if self.relation not in RELATIONS:
-            raise ValueError(f"relation must be one of {RELATIONS}; got {self.relation!r}")
+        _validate.check_choice(self.norm, "norm", NORMS)
+        _validate.check_choice(self.relation, "relation", RELATIONS)
 
     @property
     def true(self) -> jax.Array:
@@ -143,8 +143,7 @@ class BoundedStatistic:
         ``||v||_1 <= k ||v||_inf``, ``||v||_1 <= sqrt(k) ||v||_2``, and ``||v||_inf <= ||v||_2
         <= ||v||_1``. (Spec 000 Algs 4, 7, 8 use ``Delta_2 = sqrt(d) Delta_inf``.)
         """
-        if norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}; got {norm!r}")
+        _validate.check_choice(norm, "norm", NORMS)
         k = float(np.prod(jnp.shape(self.value))) if jnp.ndim(self.value) else 1.0
         factor = {
             ("linf", "linf"): 1.0, ("l2", "l2"): 1.0, ("l1", "l1"): 1.0,
@@ -212,8 +211,7 @@ class PrivacyEvent:
     log_constant: float = 1.25
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}; got {self.kind!r}")
+        _validate.check_choice(self.kind, "kind", KINDS)
 
 
 jax.tree_util.register_dataclass(
@@ -499,6 +497,17 @@ def _require_norm(stat: BoundedStatistic, norm: str, mechanism: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _release(key: jax.Array, stat: BoundedStatistic, norm: str, mechanism: str, scale: Any,
+             noise: Any, kind: str, **event: Any) -> tuple[jax.Array, PrivacyEvent]:
+    """``stat.value + noise(scale(stat.sensitivity))`` and the event made from the same
+    scale."""
+    _require_norm(stat, norm, mechanism)
+    scale = scale(stat.sensitivity)
+    value = jnp.asarray(stat.value)
+    noisy = value + noise(key, value.shape, scale, value.dtype)
+    return noisy, _event(kind, stat, scale, **event)
+
+
 def laplace_mechanism(
     key: jax.Array, stat: BoundedStatistic, epsilon: Any
 ) -> tuple[jax.Array, PrivacyEvent]:
@@ -506,11 +515,8 @@ def laplace_mechanism(
 
     Returns the noisy value and its :class:`PrivacyEvent`.
     """
-    _require_norm(stat, "l1", "laplace_mechanism")
-    value = jnp.asarray(stat.value)
-    b = laplace_scale(stat.sensitivity, epsilon)
-    noisy = value + laplace_noise(key, value.shape, b, value.dtype)
-    return noisy, _event("laplace", stat, b)
+    return _release(key, stat, "l1", "laplace_mechanism",
+                    lambda sens: laplace_scale(sens, epsilon), laplace_noise, "laplace")
 
 
 def gaussian_mechanism(
@@ -524,11 +530,9 @@ def gaussian_mechanism(
 
     Returns the noisy value and its :class:`PrivacyEvent`.
     """
-    _require_norm(stat, "l2", "gaussian_mechanism")
-    value = jnp.asarray(stat.value)
-    sigma = gaussian_sigma_classic(stat.sensitivity, epsilon, delta, log_constant)
-    noisy = value + gaussian_noise(key, value.shape, sigma, value.dtype)
-    return noisy, _event("gaussian-classic", stat, sigma, delta, log_constant=log_constant)
+    return _release(key, stat, "l2", "gaussian_mechanism",
+                    lambda sens: gaussian_sigma_classic(sens, epsilon, delta, log_constant),
+                    gaussian_noise, "gaussian-classic", delta=delta, log_constant=log_constant)
 
 
 def gaussian_mechanism_zcdp(
@@ -538,11 +542,8 @@ def gaussian_mechanism_zcdp(
 
     Returns the noisy value and its :class:`PrivacyEvent`.
     """
-    _require_norm(stat, "l2", "gaussian_mechanism_zcdp")
-    value = jnp.asarray(stat.value)
-    sigma = gaussian_sigma_zcdp(stat.sensitivity, rho)
-    noisy = value + gaussian_noise(key, value.shape, sigma, value.dtype)
-    return noisy, _event("gaussian-zcdp", stat, sigma)
+    return _release(key, stat, "l2", "gaussian_mechanism_zcdp",
+                    lambda sens: gaussian_sigma_zcdp(sens, rho), gaussian_noise, "gaussian-zcdp")
 
 
 class Peeled(NamedTuple):

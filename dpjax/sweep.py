@@ -42,6 +42,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from dpjax import _validate
 from dpjax.base import Estimator, run
 
 __all__ = [
@@ -310,8 +311,7 @@ def make_kernel(
 
 def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_devices, draw_truth,
                   final_only):
-    if data_mode not in ("materialize", "stream"):
-        raise ValueError(f"data_mode must be 'materialize' or 'stream'; got {data_mode!r}")
+    _validate.check_choice(data_mode, "data_mode", ("materialize", "stream"))
     if data_mode == "stream" and (estimator.batching != "disjoint"
                                   or plan.num_blocks != estimator.num_steps):
         raise ValueError(

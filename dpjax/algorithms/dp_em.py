@@ -47,7 +47,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -298,11 +297,11 @@ def _fit(
     *,
     beta0: Any,
     epsilon: Any,
-    delta: Any,
-    eta: Any,
-    truncation: Any,
-    num_iterations: int | None,
-    s_hat: int | None,
+    s_hat: int | None = None,
+    delta: Any = None,
+    eta: Any = 0.5,
+    truncation: Any = None,
+    num_iterations: int | None = None,
     sample_splitting: bool = True,
     on_invalid: str = "raise",
 ) -> FitResult:
@@ -311,21 +310,14 @@ def _fit(
     n, d = model.num_records(data), model.dim(data)
     N0 = default_num_iterations(n) if num_iterations is None else num_iterations
     N0 = _validate.check_int_in_range(N0, "num_iterations (N0)", 1, n if sample_splitting else None)
-    eps = _validate.check_epsilon(epsilon)
-    if eps.ndim:
-        raise ValueError("epsilon must be a scalar for a single fit; use dpjax.sweep for grids")
-    delta = 1.0 / (2.0 * n) if delta is None else delta
-    _validate.check_delta(delta)
+    eps, delta = _validate.check_budget(epsilon, delta, n)
     _validate.check_positive(eta, "eta")
     truncation = default_truncation(n) if truncation is None else truncation
     _validate.check_truncation(truncation, eps)
-    beta0 = _validate.check_array(beta0, "beta0", shape=(d,))
     if privatiser in ("noisy-ht", "top-s"):
         s_hat = _validate.check_int_in_range(s_hat, "s_hat", 1, d)
+    beta0 = _validate.check_start(beta0, d, s_hat if privatiser == "noisy-ht" else None, "s_hat")
     if privatiser == "noisy-ht":
-        nnz = int(np.count_nonzero(beta0))
-        if nnz > s_hat:
-            raise ValueError(f"beta0 must have at most s_hat = {s_hat} non-zeros; it has {nnz}")
         estimator = hd_dp_em(model, s_hat, N0)
     elif privatiser == "gaussian":
         estimator = ld_dp_em(model, N0)
@@ -334,13 +326,6 @@ def _fit(
         estimator = truncated_em(model, s_hat, N0, sample_splitting)
     else:
         estimator = gradient_em(model, N0, sample_splitting)
-    if privatiser in ("noisy-ht", "gaussian") and float(delta) >= 1.0 / n:
-        warnings.warn(
-            f"delta = {float(delta):g} >= 1/n = {1.0 / n:g}: such a delta permits releasing a "
-            "record outright; the usual choice is delta = 1/(2n) or smaller",
-            _validate.DPJaxWarning,
-            stacklevel=3,
-        )
     hp = default_hparams(n, eps, delta, eta, truncation)
     res = fit(estimator, key, data, beta0, hp, n=n)
     if privatiser in ("noisy-ht", "gaussian"):
@@ -381,11 +366,8 @@ def fit_hd_dp_em(
         eta: step size > 0 (default 0.5, the paper's experiments).
         truncation: ``T`` in (0, inf]; default ``sqrt(log n)``; inf only with epsilon = inf.
         num_iterations: ``N0`` in [1, n]; default ``ceil(log n)``.
-        on_invalid: ``"raise"`` (default: a non-finite record, or an out-of-range mask, is an
-            error -- right for simulations) or ``"clip"`` (real data: values are not checked;
-            non-finite entries are mapped to 0 / +-max and everything is clipped to the declared
-            bounds inside the estimator, so the guarantee holds for every input and no error
-            depends on the data).
+        on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
+            :func:`dpjax._validate.check_on_invalid`).
 
     Returns:
         :class:`FitResult` with the estimate, the iterates, and the privacy ledger:
@@ -397,24 +379,12 @@ def fit_hd_dp_em(
                 on_invalid=on_invalid)
 
 
-def fit_ld_dp_em(
-    key: Any,
-    data: Any,
-    model: EMModel,
-    *,
-    beta0: Any,
-    epsilon: Any,
-    delta: Any = None,
-    eta: Any = 0.5,
-    truncation: Any = None,
-    num_iterations: int | None = None,
-    on_invalid: str = "raise",
-) -> FitResult:
-    """Fit low-dimensional DP-EM (spec 000 Alg 4/7/8 by ``model``) to one data set; arguments as
+def fit_ld_dp_em(key: Any, data: Any, model: EMModel, *, beta0: Any, epsilon: Any,
+                 **options: Any) -> FitResult:
+    """Fit low-dimensional DP-EM (spec 000 Alg 4/7/8 by ``model``) to one data set; arguments
+    (``delta``, ``eta``, ``truncation``, ``num_iterations``, ``on_invalid``) as
     :func:`fit_hd_dp_em` without ``s_hat``. Warns if epsilon > 1 (classic Gaussian)."""
-    return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
-                eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=None,
-                on_invalid=on_invalid)
+    return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, **options)
 
 
 def fit_truncated_em(
@@ -431,26 +401,23 @@ def fit_truncated_em(
     Q_n(beta; beta))``, no clipping, no noise; every iteration on all data
     (``sample_splitting=False``, default) or on its own disjoint batch. Deterministic; its
     ledger says "not DP"."""
-    return _fit("top-s", jax.random.key(0), data, model, beta0=beta0, epsilon=math.inf,
-                delta=None, eta=eta, truncation=math.inf, num_iterations=num_iterations,
-                s_hat=s_hat, sample_splitting=sample_splitting)
+    return _baseline("top-s", data, model, s_hat=s_hat, beta0=beta0,
+                     num_iterations=num_iterations, eta=eta, sample_splitting=sample_splitting)
 
 
-def fit_gradient_em(
-    data: Any,
-    model: EMModel,
-    *,
-    beta0: Any,
-    num_iterations: int,
-    eta: Any = 0.5,
-    sample_splitting: bool = False,
-) -> FitResult:
+def fit_gradient_em(data: Any, model: EMModel, *, beta0: Any, num_iterations: int,
+                    **options: Any) -> FitResult:
     """Non-private gradient EM of Balakrishnan et al. (2017): ``beta <- beta + eta grad
-    Q_n(beta; beta)``, on all data (default) or one disjoint batch per iteration. Deterministic;
-    its ledger says "not DP"."""
-    return _fit("none", jax.random.key(0), data, model, beta0=beta0, epsilon=math.inf,
-                delta=None, eta=eta, truncation=math.inf, num_iterations=num_iterations,
-                s_hat=None, sample_splitting=sample_splitting)
+    Q_n(beta; beta)``, on all data (default) or one disjoint batch per iteration; arguments
+    (``eta``, ``sample_splitting``) as :func:`fit_truncated_em` without ``s_hat``.
+    Deterministic; its ledger says "not DP"."""
+    return _baseline("none", data, model, beta0=beta0, num_iterations=num_iterations, **options)
+
+
+def _baseline(privatiser: Privatiser, data: Any, model: EMModel, *, eta: Any = 0.5,
+              sample_splitting: bool = False, **kw: Any) -> FitResult:
+    return _fit(privatiser, jax.random.key(0), data, model, epsilon=math.inf,
+                truncation=math.inf, eta=eta, sample_splitting=sample_splitting, **kw)
 
 
 # --------------------------------------------------------------------------------------------

@@ -73,7 +73,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -290,8 +289,7 @@ def noisy_gd(
             valid bound; smaller values under-noise, for audits -- the ledger says so).
     """
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
+    _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     return _build_noisy_gd(model, int(num_iterations), calibration, _check_b_constant(b_constant))
 
 
@@ -466,8 +464,8 @@ def _ledger_non_private(name: str, T: int, what: str, n: int, hparams: GLMHyperp
 # --------------------------------------------------------------------------------------------
 
 
-def _prepare(key, data, model, epsilon, delta, eta, truncation, num_iterations, beta0,
-             b_constant, on_invalid="raise"):
+def _prepare(key, data, model, epsilon, num_iterations, *, delta=None, eta=1.0,
+             truncation=None, beta0=None, b_constant=4.0, on_invalid="raise", s=None):
     from dpjax.models.glm import GLM
 
     if not isinstance(model, GLM):
@@ -476,24 +474,19 @@ def _prepare(key, data, model, epsilon, delta, eta, truncation, num_iterations, 
     data = model.validate_data(data, on_invalid)
     n, d = model.num_records(data), model.dim(data)
     T = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
-    eps = _validate.check_epsilon(epsilon)
-    if eps.ndim:
-        raise ValueError("epsilon must be a scalar for a single fit; use dpjax.sweep for grids")
-    private = bool(np.isfinite(eps))
-    delta = 1.0 / (2.0 * n) if delta is None else delta
-    _validate.check_delta(delta)
+    eps, delta = _validate.check_budget(epsilon, delta, n)
     _validate.check_positive(eta, "eta")
     if truncation is None:
         if model.family == "logistic":
             truncation = 1.0  # ess sup |y| = 1 (spec 003 §2.1)
-        elif not private:
+        elif not math.isfinite(eps):
             truncation = math.inf
         else:
             raise ValueError(
                 f"truncation (R) must be given for a private {model.family} fit: y is unbounded"
             )
     _validate.check_truncation(truncation, eps)
-    if private and not math.isfinite(model.c1):
+    if math.isfinite(eps) and not math.isfinite(model.c1):
         raise ValueError(
             f"predictor_bound = inf: psi' of the {model.family} model is unbounded, so the "
             "gradient has unbounded sensitivity; give GLM(..., predictor_bound=U) with a finite U"
@@ -505,20 +498,10 @@ def _prepare(key, data, model, epsilon, delta, eta, truncation, num_iterations, 
             f"gradient difference 2*(R + c1)*sigma_x); got {b:g}. Under-noised variants for "
             "audits are built with noisy_gd/noisy_iht directly"
         )
-    if beta0 is None:
-        beta0 = np.zeros(d, np.float32)
-    beta0 = _validate.check_array(beta0, "beta0", shape=(d,))
-    if float(delta) >= 1.0 / n:
-        warnings.warn(
-            f"delta = {float(delta):g} >= 1/n = {1.0 / n:g}: such a delta permits releasing a "
-            "record outright; the usual choice is delta = 1/(2n) or smaller",
-            _validate.DPJaxWarning, stacklevel=4,
-        )
-    return key, data, n, d, T, float(eps), float(delta), truncation, beta0, b
-
-
-def _execute(estimator, key, data, beta0, hp, n) -> FitResult:
-    return fit(estimator, key, data, beta0, hp, n=n)
+    if s is not None:
+        s = _validate.check_int_in_range(s, "s", 1, d)
+    beta0 = _validate.check_start(beta0, d, s)
+    return key, data, n, T, eps, delta, eta, truncation, beta0, b, s
 
 
 def fit_dp_glm(
@@ -552,61 +535,40 @@ def fit_dp_glm(
         calibration: ``"paper"`` (default), ``"gaussian"`` (exact composition), ``"zcdp"``, or
             ``"unsplit"`` (not DP at (eps, delta)); see the module docstring.
         b_constant: ``B = b_constant (R + c1) sigma_x``; 4 as printed, must be >= 2.
-        on_invalid: ``"raise"`` (default: a non-finite record, or an out-of-range mask, is an
-            error -- right for simulations) or ``"clip"`` (real data: values are not checked;
-            non-finite entries are mapped to 0 / +-max and everything is clipped to the declared
-            bounds inside the estimator, so the guarantee holds for every input and no error
-            depends on the data).
+        on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
+            :func:`dpjax._validate.check_on_invalid`).
 
     Returns:
         :class:`FitResult`; its ledger gives the guarantee delivered under replace-one
         adjacency.
     """
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
-    key, data, n, d, T, eps, delta, R, beta0, b = _prepare(
-        key, data, model, epsilon, delta, eta, truncation, num_iterations, beta0, b_constant,
-        on_invalid)
+    _validate.check_choice(calibration, "calibration", CALIBRATIONS)
+    key, data, n, T, eps, delta, eta, R, beta0, b, _ = _prepare(
+        key, data, model, epsilon, num_iterations, delta=delta, eta=eta, truncation=truncation,
+        beta0=beta0, b_constant=b_constant, on_invalid=on_invalid)
     if calibration == "paper":
         _validate.warn_classic_gaussian(eps / T, stacklevel=3)
     elif calibration == "unsplit":
         _validate.warn_classic_gaussian(eps, stacklevel=3)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration=calibration)
-    return _execute(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n)
+    return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n)
 
 
-def fit_sparse_dp_glm(
-    key: Any,
-    data: Any,
-    model: Any,
-    *,
-    s: int,
-    epsilon: Any,
-    num_iterations: int,
-    delta: Any = None,
-    eta: Any = 1.0,
-    truncation: Any = None,
-    beta0: Any = None,
-    b_constant: float = 4.0,
-    on_invalid: str = "raise",
-) -> FitResult:
+def fit_sparse_dp_glm(key: Any, data: Any, model: Any, *, s: int, epsilon: Any,
+                      num_iterations: int, **options: Any) -> FitResult:
     """Fit Algorithm 5 (sparse DP GLM by noisy IHT with peeling) to one data set.
 
-    Arguments as :func:`fit_dp_glm`, plus ``s`` (the sparsity of every iterate,
-    ``1 <= s <= d``; the paper's simulations use twice the true sparsity) and no calibration
-    choice. ``beta0`` must have at most ``s`` non-zeros. x is clipped to the box
-    ``[-sigma_x, sigma_x]^d``. The result is (epsilon, delta)-DP (replace-one) by basic
-    composition of ``T`` NoisyHT steps at ``(epsilon/T, delta/T)``.
+    Arguments (``delta``, ``eta``, ``truncation``, ``beta0``, ``b_constant``, ``on_invalid``)
+    as :func:`fit_dp_glm`, plus ``s`` (the sparsity of every iterate, ``1 <= s <= d``; the
+    paper's simulations use twice the true sparsity) and no calibration choice. ``beta0`` must
+    have at most ``s`` non-zeros. x is clipped to the box ``[-sigma_x, sigma_x]^d``. The result
+    is (epsilon, delta)-DP (replace-one) by basic composition of ``T`` NoisyHT steps at
+    ``(epsilon/T, delta/T)``.
     """
-    key, data, n, d, T, eps, delta, R, beta0, b = _prepare(
-        key, data, model, epsilon, delta, eta, truncation, num_iterations, beta0, b_constant,
-        on_invalid)
-    s = _validate.check_int_in_range(s, "s", 1, d)
-    nnz = int(np.count_nonzero(beta0))
-    if nnz > s:
-        raise ValueError(f"beta0 must have at most s = {s} non-zeros; it has {nnz}")
+    key, data, n, T, eps, delta, eta, R, beta0, b, s = _prepare(
+        key, data, model, epsilon, num_iterations, s=s, **options)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration="paper")
-    return _execute(noisy_iht(model, s, T, b), key, data, beta0, hp, n)
+    return fit(noisy_iht(model, s, T, b), key, data, beta0, hp, n=n)
 
 
 # --------------------------------------------------------------------------------------------

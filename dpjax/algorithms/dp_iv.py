@@ -217,8 +217,7 @@ _NAMES = {"dp": "dp-2s-gd", "beta-only": "dp-2s-gd-beta", "none": "2s-gd"}
 @functools.lru_cache(maxsize=256)
 def _build(variant: Variant, calibration: Calibration, num_iterations: int) -> Estimator:
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
+    _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     name = _NAMES[variant]
     if variant in ("dp", "beta-only"):
         name += f"/{calibration}"
@@ -437,28 +436,12 @@ def _scalar(value: np.ndarray, name: str) -> float:
     return float(value)
 
 
-def _fit(
-    variant: Variant,
-    key: Any,
-    data: Any,
-    *,
-    rho1: Any,
-    rho2: Any,
-    eta: Any,
-    alpha: Any,
-    num_iterations: int,
-    gamma1: Any,
-    gamma2: Any,
-    calibration: str,
-    delta: Any,
-    theta0: Any,
-    beta0: Any,
-    tau: float,
-    on_invalid: str = "raise",
-) -> FitResult:
+def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: Any, alpha: Any,
+         num_iterations: int, gamma1: Any = None, gamma2: Any = None, calibration: str = "paper",
+         delta: Any = DEFAULT_DELTA, theta0: Any = None, beta0: Any = None, tau: float = 5.0,
+         on_invalid: str = "raise") -> FitResult:
     key = None if key is None else as_key(key)
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
+    _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     data = iv.validate_iv_data(data, on_invalid)
     n, q = data.z.shape
     p = data.x.shape[1]
@@ -537,11 +520,8 @@ def fit_dp_2s_gd(
         delta: target delta of the (epsilon, delta) conversion in the ledger, in (0, 1).
         theta0, beta0: data-independent start (default zeros, as the paper).
         tau: the ``tau`` of the default clipping rule.
-        on_invalid: ``"raise"`` (default: a non-finite record, or an out-of-range mask, is an
-            error -- right for simulations) or ``"clip"`` (real data: values are not checked;
-            non-finite entries are mapped to 0 / +-max and everything is clipped to the declared
-            bounds inside the estimator, so the guarantee holds for every input and no error
-            depends on the data).
+        on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
+            :func:`dpjax._validate.check_on_invalid`).
 
     Returns:
         :class:`FitResult` with ``beta^(T)``, the iterates and the ledger: rho-zCDP under
@@ -553,45 +533,23 @@ def fit_dp_2s_gd(
                 on_invalid=on_invalid)
 
 
-def fit_dp_2s_gd_beta_only(
-    key: Any,
-    data: Any,
-    *,
-    rho2: Any,
-    eta: Any,
-    alpha: Any,
-    num_iterations: int,
-    gamma2: Any = None,
-    calibration: Calibration = "paper",
-    delta: Any = DEFAULT_DELTA,
-    theta0: Any = None,
-    beta0: Any = None,
-    tau: float = 5.0,
-    on_invalid: str = "raise",
-) -> FitResult:
+def fit_dp_2s_gd_beta_only(key: Any, data: Any, *, rho2: Any, eta: Any, alpha: Any,
+                           num_iterations: int, **options: Any) -> FitResult:
     """The paper's Algorithm 3, for reproduction only: **not DP as claimed** (its ledger gives
     the beta releases their true sensitivity ``2 gamma2`` and a vacuous guarantee, and the
-    non-private first stage makes the run not DP). Arguments as :func:`fit_dp_2s_gd`."""
+    non-private first stage makes the run not DP). Arguments (``gamma2``, ``calibration``,
+    ``delta``, ``theta0``, ``beta0``, ``tau``, ``on_invalid``) as :func:`fit_dp_2s_gd`."""
     return _fit("beta-only", key, data, rho1=math.inf, rho2=rho2, eta=eta, alpha=alpha,
-                num_iterations=num_iterations, gamma1=None, gamma2=gamma2,
-                calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau,
-                on_invalid=on_invalid)
+                num_iterations=num_iterations, **options)
 
 
-def fit_two_stage_gd(
-    data: Any,
-    *,
-    eta: Any,
-    alpha: Any,
-    num_iterations: int,
-    theta0: Any = None,
-    beta0: Any = None,
-) -> FitResult:
+def fit_two_stage_gd(data: Any, *, eta: Any, alpha: Any, num_iterations: int,
+                     theta0: Any = None, beta0: Any = None) -> FitResult:
     """Non-private 2S-GD (Algorithm 2): no clipping, no noise, no key. Its ledger says
     non-private."""
     return _fit("none", None, data, rho1=math.inf, rho2=math.inf, eta=eta, alpha=alpha,
                 num_iterations=num_iterations, gamma1=math.inf, gamma2=math.inf,
-                calibration="paper", delta=DEFAULT_DELTA, theta0=theta0, beta0=beta0, tau=5.0)
+                theta0=theta0, beta0=beta0)
 
 
 def fit_2sls(data: Any) -> tuple[np.ndarray, np.ndarray]:

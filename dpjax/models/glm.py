@@ -125,8 +125,7 @@ class GLM:
     row_block: int | None = None
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"family must be one of {FAMILIES}; got {self.family!r}")
+        _validate.check_choice(self.family, "family", FAMILIES)
         _validate.check_positive(self.sigma_x, "sigma_x")
         _validate.check_positive(self.predictor_bound, "predictor_bound", allow_inf=True)
         _validate.check_positive(self.noise_sd, "noise_sd")
@@ -134,8 +133,7 @@ class GLM:
             raise ValueError(
                 "predictor_bound must be inf for the logistic family (psi' is bounded by 1)"
             )
-        if self.design not in ("uniform", "grid8"):
-            raise ValueError(f"design must be 'uniform' or 'grid8'; got {self.design!r}")
+        _validate.check_choice(self.design, "design", ("uniform", "grid8"))
         if self.row_block is not None:
             _validate.check_int_in_range(self.row_block, "row_block", 1)
 
@@ -345,15 +343,7 @@ class GLM:
             x, y = data
         else:
             raise TypeError("data must be a GLMData(x, y) or a pair (x, y)")
-        x = _validate.check_array(x, "data.x", ndim=2, on_invalid=on_invalid)
-        y = _validate.check_array(y, "data.y", ndim=1, allow_bool=True,
-                                  on_invalid=on_invalid)
-        if x.shape[0] < 1 or x.shape[1] < 1:
-            raise ValueError(f"data.x must have at least one row and column; got {x.shape}")
-        if y.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"data.y must have one entry per row of data.x ({x.shape[0]}); got {y.shape[0]}"
-            )
+        x, y = _validate.check_xy(x, y, on_invalid, allow_bool_y=True)
         dtype = jnp.result_type(float)
         return GLMData(jnp.asarray(x, dtype=dtype), jnp.asarray(y, dtype=dtype))
 

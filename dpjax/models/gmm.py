@@ -56,8 +56,7 @@ class GaussianMixture:
 
     def __post_init__(self) -> None:
         _validate.check_positive(self.sigma, "sigma")
-        if self.weights not in ("exact", "paper"):
-            raise ValueError(f"weights must be 'exact' or 'paper'; got {self.weights!r}")
+        _validate.check_choice(self.weights, "weights", ("exact", "paper"))
 
     # -- simulation ---------------------------------------------------------------------------
 

@@ -85,12 +85,8 @@ class MixtureOfRegressions:
 
     def __post_init__(self) -> None:
         _validate.check_positive(self.sigma, "sigma")
-        if self.weights not in ("exact", "paper"):
-            raise ValueError(f"weights must be 'exact' or 'paper'; got {self.weights!r}")
-        if self.gradient_form not in ("corrected", "paper"):
-            raise ValueError(
-                f"gradient_form must be 'corrected' or 'paper'; got {self.gradient_form!r}"
-            )
+        _validate.check_choice(self.weights, "weights", ("exact", "paper"))
+        _validate.check_choice(self.gradient_form, "gradient_form", ("corrected", "paper"))
 
     @property
     def variant(self) -> str:
@@ -185,13 +181,6 @@ class MixtureOfRegressions:
         """Check a data set at the public boundary: ``MoRData(x (n, d), y (n,))`` or a pair."""
         if not (isinstance(data, tuple) and len(data) == 2):
             raise TypeError("data must be MoRData(x, y) or a pair (x, y) with x (n, d), y (n,)")
-        x = _validate.check_array(data[0], "data.x", ndim=2, on_invalid=on_invalid)
-        y = _validate.check_array(data[1], "data.y", ndim=1, on_invalid=on_invalid)
-        if x.shape[0] < 1 or x.shape[1] < 1:
-            raise ValueError(f"data.x must have at least one row and column; got {x.shape}")
-        if y.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"data.y must have one entry per row of data.x ({x.shape[0]}); got {y.shape[0]}"
-            )
+        x, y = _validate.check_xy(data[0], data[1], on_invalid)
         dt = jnp.result_type(float)
         return MoRData(jnp.asarray(x, dtype=dt), jnp.asarray(y, dtype=dt))

@@ -92,10 +92,7 @@ class RegressionMissingCovariates:
         p = float(self.missing_prob)
         if not (math.isfinite(p) and 0.0 <= p < 1.0):
             raise ValueError(f"missing_prob must lie in [0, 1); got {self.missing_prob!r}")
-        if self.sensitivity not in ("corrected", "paper"):
-            raise ValueError(
-                f"sensitivity must be 'corrected' or 'paper'; got {self.sensitivity!r}"
-            )
+        _validate.check_choice(self.sensitivity, "sensitivity", ("corrected", "paper"))
 
     @property
     def sensitivity_formula(self) -> str:
@@ -240,21 +237,14 @@ class RegressionMissingCovariates:
             raise TypeError(
                 "data must be RMCData(x, z, y) or a triple (x (n, d), z (n, d), y (n,))"
             )
-        x = _validate.check_array(data[0], "data.x", ndim=2, on_invalid=on_invalid)
+        x, y = _validate.check_xy(data[0], data[2], on_invalid)
         z = _validate.check_array(data[1], "data.z", ndim=2, allow_bool=True,
                                   on_invalid=on_invalid)
-        y = _validate.check_array(data[2], "data.y", ndim=1, on_invalid=on_invalid)
-        if x.shape[0] < 1 or x.shape[1] < 1:
-            raise ValueError(f"data.x must have at least one row and column; got {x.shape}")
         if z.shape != x.shape:
             raise ValueError(f"data.z must have the shape of data.x {x.shape}; got {z.shape}")
         if on_invalid == "raise" and not np.isin(z, (0, 1)).all():
             # under "clip" the statistic clamps the mask to [0, 1] instead (no value check)
             raise ValueError("data.z must contain only 0 (missing) and 1 (observed)")
-        if y.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"data.y must have one entry per row of data.x ({x.shape[0]}); got {y.shape[0]}"
-            )
         dt = jnp.result_type(float)
         zz = jnp.asarray(z, dtype=dt)
         return RMCData(jnp.asarray(x, dtype=dt) * zz, zz, jnp.asarray(y, dtype=dt))
