@@ -8,7 +8,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpjax.config import Config, param
 from dpjax.models.glm import sparse_sphere_beta
+
+
+@dataclasses.dataclass(frozen=True)
+class GLMStudyConfig(Config):
+    """The settings both simulated GLM figures share (paper 003's Figures 1 and 2)."""
+
+    T: int = param(50, ge=1, doc="iterations (of the main panels)")
+    eta: float = param(1.0, gt=0, doc="step size")
+    R: float = param(1.0, gt=0, doc="truncation level of y")
+    b_constant: float = param(4.0, ge=2, doc="c in the declared sensitivity B = 2c")
+    n_grid: tuple[int, ...] = param((20000, 40000, 80000), ge=10,
+                                    doc="panel (b): the sample sizes")
+    eps_grid: tuple[float, ...] = param((0.2, 0.5, 0.8), gt=0, doc="panel (c): the epsilons")
+    n_base: int = param(40000, ge=10, doc="the sample size of the panels that do not vary n")
+    eps_base: float = param(0.5, gt=0, doc="the epsilon of the panels that do not vary epsilon")
 
 
 @dataclasses.dataclass(frozen=True)

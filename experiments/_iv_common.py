@@ -44,6 +44,8 @@ class IVConfig(Config):
 
 
 LINESTYLES = ["-", "--", ":"]
+# What the simulated IV studies share: 100 repetitions (5 with --quick) and these metrics.
+STUDY = dict(reps=100, quick_reps=5, summary_extra=("error_2sls", "clip1", "clip2"))
 
 
 class TrackedState(NamedTuple):

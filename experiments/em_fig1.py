@@ -37,12 +37,8 @@ EXPERIMENTS = [
     Experiment(
         name="em_fig1",
         title="DP-EM paper, Figure 1: high-dimensional Gaussian mixture (Alg 3), error vs t",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=50,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
         quick_reps=5,
-        plot=plot,
         description="Panels vary n, s* and epsilon as in the paper, plus a panel at larger n. "
         "Honest calibration (T = sqrt(log n), N0 = ceil(log n)); see experiments/README.md.",
     )

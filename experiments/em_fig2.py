@@ -124,12 +124,8 @@ EXPERIMENTS = [
     Experiment(
         name="em_fig2",
         title="DP-EM paper, Figure 2: low-dimensional Gaussian mixture (Alg 4), error vs n and d",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=50,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
         quick_reps=3,
-        plot=plot,
         description="Algorithm 4 (classic Gaussian mechanism, Delta_2 = sqrt(d) 2 eta T / n0) "
         "against its zero-noise twin and full-data gradient EM; d = 10 (a), n = 10,000 (b).",
     )

@@ -51,12 +51,8 @@ EXPERIMENTS = [
     Experiment(
         name="em_fig4",
         title="DP-EM paper, Figure 4: high-dimensional mixture of regressions (Alg 5), error vs t",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=50,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
         quick_reps=3,
-        plot=plot,
         description="Panels vary n, s* and epsilon as in the paper, plus a panel at larger n. "
         "Honest calibration (T = sqrt(log n), N0 = ceil(log n), 4T^2/n0 sensitivity).",
     )

@@ -153,12 +153,8 @@ EXPERIMENTS = [
     Experiment(
         name="em_rmc",
         title="DP-EM, regression with missing covariates (Algs 6, 8): a study of our design",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=50,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
         quick_reps=3,
-        plot=plot,
         description="High-dimensional (d = 1000, s* = 5) and low-dimensional (d = 10) panels "
         "against n and the missing probability p; the paper reports no such experiment.",
     )

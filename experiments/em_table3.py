@@ -234,13 +234,9 @@ EXPERIMENTS = [
     Experiment(
         name="em_table3",
         title="DP-EM paper, Table 3: Breast Cancer Wisconsin, misclassification of Alg 3",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
         summary_extra=("error_sym",),
-        reps=50,
         quick_reps=5,
-        plot=plot,
         description="569 -> 424 records (145 benign dropped), centred, 70/30 split per "
         "repetition; Alg 3 with 50 iterations (batches of 5), s_hat in {5, 10, 15}, "
         "eps in {0.2, 0.5, inf}; Wang et al. (2015) as the non-private baseline.",

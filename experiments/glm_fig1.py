@@ -22,9 +22,9 @@ from __future__ import annotations
 import dataclasses
 
 from dpjax.algorithms import dp_glm
-from dpjax.config import Config, ConfigError, param
+from dpjax.config import ConfigError, param
 from dpjax.experiments._common import COLORS, INF, ZeroInit, eps_label
-from dpjax.experiments._glm_common import GLMRecord, truth
+from dpjax.experiments._glm_common import GLMRecord, GLMStudyConfig, truth
 from dpjax.models.glm import GLM
 from dpjax.plotting import Curve, Panel, plot_panels
 from dpjax.study import Experiment
@@ -34,18 +34,9 @@ STYLE = {"paper": "-", "gaussian": "--"}
 
 
 @dataclasses.dataclass(frozen=True)
-class Fig1Config(Config):
-    T: int = param(50, ge=1, doc="iterations of the main panels (a)-(c)")
-    eta: float = param(1.0, gt=0, doc="step size")
-    R: float = param(1.0, gt=0, doc="truncation level of y")
-    b_constant: float = param(4.0, ge=2, doc="c in the declared sensitivity B = 2c")
+class Fig1Config(GLMStudyConfig):
     d_grid: tuple[int, ...] = param((10, 20, 40), ge=1, doc="panel (a): the dimensions")
-    n_grid: tuple[int, ...] = param((20000, 40000, 80000), ge=10,
-                                    doc="panel (b): the sample sizes")
-    eps_grid: tuple[float, ...] = param((0.2, 0.5, 0.8), gt=0, doc="panel (c): the epsilons")
-    n_base: int = param(40000, ge=10, doc="the sample size of panels (a), (c), (d)")
     d_base: int = param(20, ge=1, doc="the dimension of panels (b), (c), (d)")
-    eps_base: float = param(0.5, gt=0, doc="the epsilon of panels (a), (b), (d)")
     T_grid: tuple[int, ...] = param((5, 10, 20, 50), ge=1,
                                     doc="panel (d), added: the horizons T (must contain T)")
     unsplit: bool = param(True, doc="add the budget-unsplit curve (NOT DP) to panel (a)")
@@ -166,12 +157,8 @@ EXPERIMENTS = [
         name="glm_fig1",
         title="DP GLM paper, Figure 1: low-dimensional logistic regression (Alg 1), log error "
         "vs t, paper vs exact accounting",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=50,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
         quick_reps=3,
-        plot=plot,
         description="Panels vary d, n and epsilon as in the paper, each with the paper's "
         "calibration and the exact-Gaussian calibration of the same (eps, delta); panel (d) "
         "the final error against T; a budget-unsplit curve labelled NOT DP.",

@@ -19,10 +19,10 @@ import dataclasses
 import math
 
 from dpjax.algorithms import dp_glm
-from dpjax.config import Config, ConfigError, param
+from dpjax.config import ConfigError, param
 from dpjax.experiments._common import COLORS, INF, ZeroInit, eps_label
 from dpjax.experiments._em_common import hd_pairs
-from dpjax.experiments._glm_common import GLMRecord, truth
+from dpjax.experiments._glm_common import GLMRecord, GLMStudyConfig, truth
 from dpjax.models.glm import GLM
 from dpjax.plotting import Curve, Panel, plot_panels
 from dpjax.study import Experiment
@@ -30,19 +30,10 @@ from dpjax.sweep import DataPlan, Setting
 
 
 @dataclasses.dataclass(frozen=True)
-class Fig2Config(Config):
+class Fig2Config(GLMStudyConfig):
     d: int = param(10000, ge=4, multiple_of=4, doc="dimension (8-bit grid design)")
-    T: int = param(50, ge=1, doc="iterations")
-    eta: float = param(1.0, gt=0, doc="step size")
-    R: float = param(1.0, gt=0, doc="truncation level of y")
-    b_constant: float = param(4.0, ge=2, doc="c in the declared sensitivity B = 2c")
     s_grid: tuple[int, ...] = param((10, 20, 40), ge=1, doc="panel (a): the true sparsities s*")
-    n_grid: tuple[int, ...] = param((20000, 40000, 80000), ge=10,
-                                    doc="panel (b): the sample sizes")
-    eps_grid: tuple[float, ...] = param((0.2, 0.5, 0.8), gt=0, doc="panel (c): the epsilons")
-    n_base: int = param(40000, ge=10, doc="the sample size of panels (a) and (c)")
     s_base: int = param(10, ge=1, doc="the true sparsity of panels (b) and (c)")
-    eps_base: float = param(0.5, gt=0, doc="the epsilon of panels (a) and (b)")
     s_factor: int = param(2, ge=1, doc="the algorithm's sparsity s = s_factor s*")
     unsplit: bool = param(True, doc="add the budget-unsplit curve (NOT DP) to panel (c)")
     row_block: int = param(1000, ge=0, doc="rows per block of the design (0: all at once)")
@@ -122,12 +113,8 @@ EXPERIMENTS = [
     Experiment(
         name="glm_fig2",
         title="DP GLM paper, Figure 2: sparse logistic regression (Alg 5), log error vs t",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=10,
-        quick_reps=2,
-        plot=plot,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        reps=10, quick_reps=2,
         description="Panels vary s*, n and epsilon as in the paper (d = 10000), honest "
         "per-iteration budget (eps/T, delta/T), T = 50; plus a budget-unsplit curve labelled "
         "NOT DP.",

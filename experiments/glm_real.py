@@ -169,12 +169,8 @@ EXPERIMENTS = [
         name="glm_real",
         title="DP GLM paper, real-data tables (Alg 5): misclassification vs epsilon and s, "
         "on scikit-learn's breast cancer data (substitute for Swarm)",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=50,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
         quick_reps=3,
-        plot=plot,
         description="Random half splits; Alg 5 with the paper's T = 50, eta = 0.5 on the "
         "training half, misclassification on the test half; delta = 1/(2n) and 1/n^2.",
     )

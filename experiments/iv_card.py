@@ -205,12 +205,8 @@ EXPERIMENTS = [
     Experiment(
         name="iv_card",
         title="DP-IV paper, Figure 13: Card (1995) return to schooling, DP-2S-GD vs 2SLS",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=1000,
-        quick_reps=20,
-        plot=plot,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        reps=1000, quick_reps=20,
         summary_extra=("estimate", "error_2sls", "clip1", "clip2"),
         description="linearmodels' bundled Card data (n = 2191 with KWW), T = 15, rho1 = rho2 "
         "in {0.1, 1, 10}; beside 2SLS. See experiments/reports/iv_card.md.",

@@ -124,12 +124,8 @@ EXPERIMENTS = [
     Experiment(
         name="iv_fig3",
         title="DP-IV paper, Figure 3: DP-2S-GD error vs n for three budget splits (T = 20)",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=100,
-        quick_reps=5,
-        plot=plot,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        reps=100, quick_reps=5,
         summary_extra=("error_2sls", "error_of_2sls", "clip1", "clip2"),
         description="p = q = r in {5, 50}, (rho1, rho2) in {(1,9), (5,5), (9,1)}, with "
         "non-private 2S-GD and 2SLS for reference. See experiments/reports/iv_fig3.md.",

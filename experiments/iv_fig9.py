@@ -78,12 +78,8 @@ EXPERIMENTS = [
     Experiment(
         name="iv_fig9",
         title="DP-IV paper, Figure 9: non-private 2S-GD (T = 100) vs 2SLS against n",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=100,
-        quick_reps=5,
-        plot=plot,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        reps=100, quick_reps=5,
         summary_extra=("error_2sls", "error_of_2sls"),
         description="p = q = r = 20, n from 500 to 5000, plus 2S-GD at T = 1000. See "
         "experiments/reports/iv_fig9.md.",

@@ -31,7 +31,7 @@ from typing import Any
 from dpjax.algorithms import dp_iv
 from dpjax.config import param
 from dpjax.experiments._common import COLORS, INF, final_rows
-from dpjax.experiments._iv_common import IVConfig, horizon_setting, level, parameters
+from dpjax.experiments._iv_common import STUDY, IVConfig, horizon_setting, level, parameters
 from dpjax.models.iv import LinearIV
 from dpjax.plotting import Curve, Panel, plot_panels
 from dpjax.study import Experiment
@@ -146,8 +146,7 @@ def plot(iter_rows, summary, c: HorizonConfig, path):
 
 FIG4 = Fig4Config()
 FIG6 = Fig6Config()
-COMMON = dict(settings=settings, plot=plot, reps=100, quick_reps=5,
-              summary_extra=("error_2sls", "clip1", "clip2"))
+COMMON = dict(settings=settings, plot=plot, **STUDY)
 
 EXPERIMENTS = [
     Experiment(

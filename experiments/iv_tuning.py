@@ -34,7 +34,15 @@ import numpy as np
 from dpjax.algorithms import dp_iv
 from dpjax.config import ConfigError, param
 from dpjax.experiments._common import COLORS, INF
-from dpjax.experiments._iv_common import IVConfig, IVRecord, ZeroInit, level, parameters, tracked
+from dpjax.experiments._iv_common import (
+    STUDY,
+    IVConfig,
+    IVRecord,
+    ZeroInit,
+    level,
+    parameters,
+    tracked,
+)
 from dpjax.models.iv import LinearIV
 from dpjax.plotting import Curve, Mark, Panel, curve_stats, plot_panels
 from dpjax.study import Experiment
@@ -212,8 +220,7 @@ def plot(iter_rows, summary, c: TuningConfig, path):
 
 FIG7 = Fig7Config()
 FIG8 = Fig8Config()
-COMMON = dict(settings=settings, plot=plot, reps=100, quick_reps=5,
-              summary_extra=("error_2sls", "clip1", "clip2"))
+COMMON = dict(settings=settings, plot=plot, **STUDY)
 
 EXPERIMENTS = [
     Experiment(
