@@ -17,7 +17,7 @@ from importlib import metadata as _metadata
 from dpjax import accounting, algorithms, base, mechanisms, models
 from dpjax import discrete_noise as discrete_noise  # floating-point-safe noise (issue 17)
 from dpjax.accounting import ZCDP, ApproxDP, Ledger
-from dpjax.base import Estimator, run
+from dpjax.base import Estimator, FitResult, fit, run
 from dpjax.mechanisms import BoundedStatistic
 
 try:  # one place for the version: pyproject.toml
@@ -29,11 +29,13 @@ __all__ = [
     "ApproxDP",
     "BoundedStatistic",
     "Estimator",
+    "FitResult",
     "Ledger",
     "ZCDP",
     "accounting",
     "algorithms",
     "base",
+    "fit",
     "mechanisms",
     "models",
     "run",
