@@ -459,11 +459,15 @@ class Ledger:
             raise ValueError("a ledger needs at least one release")
         per = [b for r in rel for b in r.budgets()]
         notes = tuple(notes)
-        if composition == "zcdp":
-            guarantee: Budget = compose_zcdp(
-                [b if isinstance(b, ZCDP) else _approx_to_zcdp(b) for b in per])
+        zcdp_parallel = composition == "parallel" and any(isinstance(b, ZCDP) for b in per)
+        if composition == "zcdp" or zcdp_parallel:
+            zs = [b if isinstance(b, ZCDP) else _approx_to_zcdp(b) for b in per]
+            # parallel (disjoint batches): the largest rho; otherwise rho adds up
+            guarantee: Budget = max(zs, key=lambda b: b.rho) if zcdp_parallel else \
+                compose_zcdp(zs)
             if delta is None:
-                raise ValueError("composition='zcdp' needs the target delta for the conversion")
+                raise ValueError(f"composition={composition!r} of zCDP releases needs the target "
+                                 "delta for the conversion")
             if conversion == "gaussian":  # exact for all-Gaussian compositions (issue 5)
                 approx = gaussian_conversion(rel, guarantee.rho, delta)
             else:

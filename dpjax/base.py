@@ -234,6 +234,8 @@ def fit(
     n: int | None = None,
     output: Callable[[PyTree], PyTree] = _beta,
     record: Callable[[PyTree, PyTree], PyTree] | None = None,
+    secure: bool = False,
+    grid: float | None = None,
 ) -> FitResult:
     """Fit ``estimator`` to one data set: the single entry point under every ``fit_*``.
 
@@ -251,19 +253,75 @@ def fit(
         n: the number of records (default: the rows of the first data leaf).
         output: ``output(state) -> estimate`` (module-level function; default ``state.beta``).
         record: ``record(state, info)`` kept per step (module-level; default ``output(state)``).
+        secure: release through the floating-point-safe path for real data
+            (:func:`dpjax.mechanisms.secure_noise`: exact integer noise on a public grid; the
+            steps run eagerly, slower than the default path). The ledger is composed from the
+            discrete events (zCDP for Gaussian noise, converted at ``hparams.delta``). An
+            estimator with a release that has no such path (peeling) raises.
+        grid: with ``secure``: the public grid step, a power of two (default: per release,
+            from its sensitivity; see :func:`~dpjax.mechanisms.secure_noise`).
     """
     if n is None:
         n = int(jax.tree_util.tree_leaves(data)[0].shape[0])
-    final, (trace, events) = _fit_run(
-        estimator, as_key(key), data, estimator.init(params0),
-        jax.tree_util.tree_map(jnp.asarray, hparams), output, record,
-    )
+    state0, hp = estimator.init(params0), jax.tree_util.tree_map(jnp.asarray, hparams)
+    if secure:
+        final, (trace, events) = _secure_run(estimator, as_key(key), data, state0, hp,
+                                             _fit_record(output, record), grid)
+    else:
+        final, (trace, events) = _fit_run(estimator, as_key(key), data, state0, hp, output,
+                                          record)
     estimate = jax.tree_util.tree_map(np.asarray, output(final))
     if not all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(estimate)):
         raise FloatingPointError(
             "the estimate is not finite; check the data scale, the step sizes and the "
             "truncation or clipping levels"
         )
-    ledger = None if estimator.ledger is None else estimator.ledger(n, hparams, events)
+    if secure:
+        ledger = _secure_ledger(estimator, n, hparams, events, grid)
+    else:
+        ledger = None if estimator.ledger is None else estimator.ledger(n, hparams, events)
     to_np = functools.partial(jax.tree_util.tree_map, np.asarray)
     return FitResult(estimate, to_np(trace), ledger, hparams, to_np(final))
+
+
+def _secure_run(estimator, key, data, state, hparams, record, grid):
+    """:func:`run`'s loop, eagerly (concrete values for the exact integer calibration)."""
+    from dpjax.mechanisms import secure_noise
+
+    batches = split_batches(data, estimator.num_steps) if estimator.batching == "disjoint" \
+        else None
+    out = []
+    with secure_noise(grid):
+        for t in range(estimator.num_steps):
+            batch = data if batches is None else jax.tree_util.tree_map(lambda x, t=t: x[t],
+                                                                        batches)
+            state, info = estimator.step(jax.random.fold_in(key, t), state, batch, hparams)
+            out.append(record(state, info))
+    return state, jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *out)
+
+
+def _secure_ledger(estimator, n, hparams, events, grid):
+    """The ledger of a secure run, composed from its discrete events."""
+    from dpjax.accounting import Ledger, Release
+
+    events = tuple(events) if isinstance(events, (tuple, list)) else (events,)
+    float_kinds = sorted({e.kind for e in events} - {"discrete-laplace", "discrete-gaussian",
+                                                      "none"})
+    if float_kinds:
+        raise ValueError(f"secure=True: {estimator.name} released through {float_kinds}, which "
+                         "has no floating-point-safe path; use the default noise path")
+    disjoint = estimator.batching == "disjoint"
+    data = "disjoint batch" if disjoint else f"full data ({n} records)"
+    releases = [Release.from_event(e, f"release {i + 1} of each step (integer noise on a "
+                                      "public grid)", data) for i, e in enumerate(events)]
+    if disjoint and len(releases) == 1:
+        composition = "parallel"
+    else:
+        composition = "zcdp" if any(e.kind == "discrete-gaussian" for e in events) else "basic"
+    delta = float(np.asarray(getattr(hparams, "delta", 1.0 / (2.0 * n))))
+    grid_note = "per release, the largest power of two <= Delta/(64 sqrt(d))" if grid is None \
+        else f"{grid:g}"
+    notes = [f"floating-point-safe path: integer noise on a public grid ({grid_note}); the "
+             "sensitivities are of the rounded statistics, in grid units"]
+    return Ledger.build(estimator.name, releases, composition,
+                        delta=delta if composition != "basic" else None, notes=notes)

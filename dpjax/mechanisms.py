@@ -26,7 +26,10 @@ NoisyHT / peeling       ``b = Delta_inf * 2 sqrt(3 s log(1/delta)) / epsilon`` (
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import math
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -55,6 +58,7 @@ __all__ = [
     "gaussian_multiplier_classic",
     "gaussian_multiplier_zcdp",
     "gaussian_noise",
+    "secure_noise",
     "gaussian_sigma_classic",
     "gaussian_sigma_zcdp",
     "hard_threshold",
@@ -471,11 +475,13 @@ def peeling_scale(sensitivity_linf: Any, s: int, epsilon: Any, delta: Any) -> An
 
 def laplace_noise(key: jax.Array, shape: tuple[int, ...], scale: Any, dtype=jnp.float32):
     """i.i.d. Laplace(0, scale) noise (density ``exp(-|x|/b)/(2b)``)."""
+    _require_float_path("Laplace noise drawn outside laplace_mechanism")
     return jax.random.laplace(key, shape, dtype=dtype) * jnp.asarray(scale, dtype=dtype)
 
 
 def gaussian_noise(key: jax.Array, shape: tuple[int, ...], sigma: Any, dtype=jnp.float32):
     """i.i.d. N(0, sigma^2) noise."""
+    _require_float_path("Gaussian noise drawn outside the Gaussian mechanisms")
     return jax.random.normal(key, shape, dtype=dtype) * jnp.asarray(sigma, dtype=dtype)
 
 
@@ -500,12 +506,102 @@ def _require_norm(stat: BoundedStatistic, norm: str, mechanism: str) -> None:
 def _release(key: jax.Array, stat: BoundedStatistic, norm: str, mechanism: str, scale: Any,
              noise: Any, kind: str, **event: Any) -> tuple[jax.Array, PrivacyEvent]:
     """``stat.value + noise(scale(stat.sensitivity))`` and the event made from the same
-    scale."""
+    scale; inside :func:`secure_noise`, the floating-point-safe release of the same budget."""
     _require_norm(stat, norm, mechanism)
+    if _SECURE.get() is not None:
+        return _secure_release(key, stat, scale, kind)
     scale = scale(stat.sensitivity)
     value = jnp.asarray(stat.value)
     noisy = value + noise(key, value.shape, scale, value.dtype)
     return noisy, _event(kind, stat, scale, **event)
+
+
+# --------------------------------------------------------------------------------------------
+# The floating-point-safe path (issue 17): the same budgets through dpjax.discrete_noise
+# --------------------------------------------------------------------------------------------
+
+_SECURE: contextvars.ContextVar[Any] = contextvars.ContextVar("dpjax_secure_noise", default=None)
+
+
+@contextlib.contextmanager
+def secure_noise(grid: float | None = None):
+    """Inside this block, :func:`laplace_mechanism`, :func:`gaussian_mechanism` and
+    :func:`gaussian_mechanism_zcdp` release through :mod:`dpjax.discrete_noise`: the statistic
+    is rounded to a public grid and exact integer noise is added (discrete Laplace for Laplace,
+    discrete Gaussian for both Gaussian mechanisms), so no low-order bits of the output depend
+    on the data (Mironov 2012). Every other noise draw raises.
+
+    Budgets carry over: the Laplace mechanism at ``epsilon`` becomes the discrete Laplace at
+    ``epsilon`` (pure DP); a Gaussian mechanism whose scale is ``sigma`` for sensitivity
+    ``Delta`` becomes the discrete Gaussian at ``rho = (Delta / sigma)^2 / 2`` (zCDP, Canonne,
+    Kamath & Steinke 2020, Thm 4/14), for the integer sensitivity of the rounded statistic
+    (slightly larger than ``Delta``, so the noise is slightly larger, never smaller). The
+    events are discrete ones and the ledger composes them (zCDP for the Gaussian ones).
+
+    Needs concrete values (a single release run eagerly, :func:`dpjax.fit` with
+    ``secure=True``), not a jitted or vmapped sweep: the integer sensitivity is computed exactly
+    on the host.
+
+    Args:
+        grid: the public grid step, a power of two; ``None``: per release, the largest power of
+            two at most ``Delta / (64 sqrt(d))`` (rounding then adds at most ~1.6% to the
+            l2 sensitivity).
+    """
+    if grid is not None:
+        from dpjax import discrete_noise
+
+        grid = discrete_noise._check_grid(grid)
+    token = _SECURE.set("auto" if grid is None else grid)
+    try:
+        yield
+    finally:
+        _SECURE.reset(token)
+
+
+def _require_float_path(what: str) -> None:
+    if _SECURE.get() is not None:
+        raise ValueError(
+            f"secure=True: {what} has no floating-point-safe path yet (only the Laplace and "
+            "Gaussian mechanisms do; peeling's NoisyHT and raw noise draws do not); use the "
+            "default noise path for this estimator"
+        )
+
+
+def _auto_grid(sensitivity: float, size: int) -> float:
+    e = math.floor(math.log2(sensitivity / (64.0 * math.sqrt(size))))
+    return 2.0 ** min(max(e, -64), 64)
+
+
+def _secure_release(key: jax.Array, stat: BoundedStatistic, scale: Any, kind: str
+                    ) -> tuple[jax.Array, PrivacyEvent]:
+    from dpjax import discrete_noise as dn
+
+    try:
+        sens, true = float(stat.sensitivity), float(stat.true)
+    except jax.errors.ConcretizationTypeError:
+        raise ValueError(
+            "secure=True needs concrete values: fit one data set with dpjax.fit(..., "
+            "secure=True) (run eagerly); jitted or vmapped sweeps use the fast path"
+        ) from None
+    if not (math.isfinite(sens) and sens > 0):
+        raise ValueError(f"secure=True needs a finite positive sensitivity; got {sens:g} "
+                         "(a private fit: finite epsilon or rho, finite clipping)")
+    value = jnp.asarray(stat.value)
+    grid = _SECURE.get()
+    grid = _auto_grid(sens, value.size) if grid == "auto" else grid
+    sc = float(scale(sens))
+    ratio = math.inf if sc == 0 else sens / sc  # epsilon or sqrt(2 rho); inf: no noise
+    if kind == "laplace":
+        released, noise = dn.secure_laplace_mechanism(key, value, sens, ratio, grid)
+        true_int = (float(dn.integer_sensitivity_l1(true, grid, value.size))
+                    if math.isfinite(true) else math.inf)
+    else:
+        released, noise = dn.secure_gaussian_mechanism(key, value, sens, 0.5 * ratio**2, grid)
+        true_int = (math.sqrt(dn.integer_sensitivity_l2_sq(true, grid, value.size))
+                    if math.isfinite(true) else math.inf)
+    event = noise.event(stat.relation)
+    event = dataclasses.replace(event, true_sensitivity=jnp.asarray(true_int, jnp.float32))
+    return released.astype(value.dtype), event
 
 
 def laplace_mechanism(
@@ -587,6 +683,7 @@ def noisy_hard_threshold(
         :class:`Peeled` with exactly ``s`` non-zeros, the selected support and the release's
         :class:`PrivacyEvent`.
     """
+    _require_float_path("peeling (noisy_hard_threshold)")
     _require_norm(stat, "linf", "noisy_hard_threshold")
     v = jnp.asarray(stat.value)
     if v.ndim != 1:

@@ -304,6 +304,7 @@ def _fit(
     num_iterations: int | None = None,
     sample_splitting: bool = True,
     on_invalid: str = "raise",
+    secure: bool = False,
 ) -> FitResult:
     key = as_key(key)
     data = model.validate_data(data, on_invalid)
@@ -327,7 +328,7 @@ def _fit(
     else:
         estimator = gradient_em(model, N0, sample_splitting)
     hp = default_hparams(n, eps, delta, eta, truncation)
-    res = fit(estimator, key, data, beta0, hp, n=n)
+    res = fit(estimator, key, data, beta0, hp, n=n, secure=secure)
     if privatiser in ("noisy-ht", "gaussian"):
         # Facts computed from the public iterates beta^0 .. beta^{N0-1} (post-processing).
         used = np.concatenate([np.asarray(beta0, np.float64)[None], res.trace[:-1]], axis=0)
@@ -350,6 +351,7 @@ def fit_hd_dp_em(
     truncation: Any = None,
     num_iterations: int | None = None,
     on_invalid: str = "raise",
+    secure: bool = False,
 ) -> FitResult:
     """Fit high-dimensional DP-EM (spec 000 Alg 2; Alg 3/5/6 by ``model``) to one data set.
 
@@ -368,6 +370,9 @@ def fit_hd_dp_em(
         num_iterations: ``N0`` in [1, n]; default ``ceil(log n)``.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
             :func:`dpjax._validate.check_on_invalid`).
+        secure: the floating-point-safe noise path for a real release (see
+            :func:`dpjax.fit`); not available with peeling (this estimator raises), available
+            for :func:`fit_ld_dp_em`.
 
     Returns:
         :class:`FitResult` with the estimate, the iterates, and the privacy ledger:
@@ -376,7 +381,7 @@ def fit_hd_dp_em(
     """
     return _fit("noisy-ht", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
                 eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=s_hat,
-                on_invalid=on_invalid)
+                on_invalid=on_invalid, secure=secure)
 
 
 def fit_ld_dp_em(key: Any, data: Any, model: EMModel, *, beta0: Any, epsilon: Any,

@@ -518,6 +518,7 @@ def fit_dp_glm(
     calibration: Calibration = "paper",
     b_constant: float = 4.0,
     on_invalid: str = "raise",
+    secure: bool = False,
 ) -> FitResult:
     """Fit Algorithm 1 (low-dimensional DP GLM by noisy gradient descent) to one data set.
 
@@ -537,6 +538,9 @@ def fit_dp_glm(
         b_constant: ``B = b_constant (R + c1) sigma_x``; 4 as printed, must be >= 2.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
             :func:`dpjax._validate.check_on_invalid`).
+        secure: the floating-point-safe noise path for a real release (see
+            :func:`dpjax.fit`; not available for :func:`fit_sparse_dp_glm`, whose peeling has
+            none).
 
     Returns:
         :class:`FitResult`; its ledger gives the guarantee delivered under replace-one
@@ -551,11 +555,11 @@ def fit_dp_glm(
     elif calibration == "unsplit":
         _validate.warn_classic_gaussian(eps, stacklevel=3)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration=calibration)
-    return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n)
+    return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n, secure=secure)
 
 
 def fit_sparse_dp_glm(key: Any, data: Any, model: Any, *, s: int, epsilon: Any,
-                      num_iterations: int, **options: Any) -> FitResult:
+                      num_iterations: int, secure: bool = False, **options: Any) -> FitResult:
     """Fit Algorithm 5 (sparse DP GLM by noisy IHT with peeling) to one data set.
 
     Arguments (``delta``, ``eta``, ``truncation``, ``beta0``, ``b_constant``, ``on_invalid``)
@@ -568,7 +572,7 @@ def fit_sparse_dp_glm(key: Any, data: Any, model: Any, *, s: int, epsilon: Any,
     key, data, n, T, eps, delta, eta, R, beta0, b, s = _prepare(
         key, data, model, epsilon, num_iterations, s=s, **options)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration="paper")
-    return fit(noisy_iht(model, s, T, b), key, data, beta0, hp, n=n)
+    return fit(noisy_iht(model, s, T, b), key, data, beta0, hp, n=n, secure=secure)
 
 
 # --------------------------------------------------------------------------------------------

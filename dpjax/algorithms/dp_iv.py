@@ -439,7 +439,7 @@ def _scalar(value: np.ndarray, name: str) -> float:
 def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: Any, alpha: Any,
          num_iterations: int, gamma1: Any = None, gamma2: Any = None, calibration: str = "paper",
          delta: Any = DEFAULT_DELTA, theta0: Any = None, beta0: Any = None, tau: float = 5.0,
-         on_invalid: str = "raise") -> FitResult:
+         on_invalid: str = "raise", secure: bool = False) -> FitResult:
     key = None if key is None else as_key(key)
     _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     data = iv.validate_iv_data(data, on_invalid)
@@ -479,7 +479,7 @@ def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: An
         "the iterates are not finite; the step sizes are too large for this data "
         "(2S-GD needs eta < 2/lambda_max(Z^T Z/n) and alpha < 2/lambda_max(H))")
     try:
-        res = fit(estimator, key, data, state0, hp, n=n, record=_record)
+        res = fit(estimator, key, data, state0, hp, n=n, record=_record, secure=secure)
     except FloatingPointError:
         raise diverged from None
     if not np.isfinite(res.state.theta).all():
@@ -504,6 +504,7 @@ def fit_dp_2s_gd(
     beta0: Any = None,
     tau: float = 5.0,
     on_invalid: str = "raise",
+    secure: bool = False,
 ) -> FitResult:
     """Fit DP-2S-GD (Algorithm 1) to one IV data set.
 
@@ -522,6 +523,8 @@ def fit_dp_2s_gd(
         tau: the ``tau`` of the default clipping rule.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
             :func:`dpjax._validate.check_on_invalid`).
+        secure: the floating-point-safe noise path for a real release (see
+            :func:`dpjax.fit`).
 
     Returns:
         :class:`FitResult` with ``beta^(T)``, the iterates and the ledger: rho-zCDP under
@@ -530,7 +533,7 @@ def fit_dp_2s_gd(
     return _fit("dp", key, data, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha,
                 num_iterations=num_iterations, gamma1=gamma1, gamma2=gamma2,
                 calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau,
-                on_invalid=on_invalid)
+                on_invalid=on_invalid, secure=secure)
 
 
 def fit_dp_2s_gd_beta_only(key: Any, data: Any, *, rho2: Any, eta: Any, alpha: Any,
