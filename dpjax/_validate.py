@@ -26,6 +26,7 @@ __all__ = [
     "check_array",
     "check_budget",
     "check_choice",
+    "check_hparams",
     "check_xy",
     "check_delta",
     "check_epsilon",
@@ -81,6 +82,25 @@ def check_delta(delta: Any, name: str = "delta") -> np.ndarray:
 def check_rho(rho: Any, name: str = "rho") -> np.ndarray:
     """rho (zCDP) must lie in (0, inf]; inf means no privacy."""
     return check_epsilon(rho, name)
+
+
+def check_hparams(hparams: Any) -> None:
+    """The checks :func:`dpjax.fit` makes on any estimator's hyperparameters (a NamedTuple):
+    the budgets by name -- ``epsilon*`` and ``rho*`` in (0, inf], ``delta*`` in (0, 1) -- and
+    the fields the type lists in ``POSITIVE`` in (0, inf]. (The ``fit_*`` wrappers check the
+    rest of their own arguments before they build the hyperparameters.)"""
+    fields = getattr(hparams, "_fields", None)
+    if fields is None:
+        return
+    positive = tuple(getattr(type(hparams), "POSITIVE", ()))
+    for name, value in zip(fields, hparams):
+        label = f"hparams.{name}"
+        if name.startswith(("epsilon", "rho")):
+            check_epsilon(value, label)
+        elif name.startswith("delta"):
+            check_delta(value, label)
+        elif name in positive:
+            check_positive(value, label, allow_inf=True)
 
 
 def check_choice(value: Any, name: str, choices: Sequence[Any]) -> Any:

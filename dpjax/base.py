@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpjax import _validate
+
 __all__ = [
     "Estimator",
     "FitResult",
@@ -261,6 +263,7 @@ def fit(
         grid: with ``secure``: the public grid step, a power of two (default: per release,
             from its sensitivity; see :func:`~dpjax.mechanisms.secure_noise`).
     """
+    _validate.check_hparams(hparams)
     if n is None:
         n = int(jax.tree_util.tree_leaves(data)[0].shape[0])
     state0, hp = estimator.init(params0), jax.tree_util.tree_map(jnp.asarray, hparams)

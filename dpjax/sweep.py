@@ -391,8 +391,7 @@ def run_setting(
         progress: called with the number of repetitions finished after each chunk.
         levels: run only these levels (default: ``setting.levels``).
     """
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1; got {reps}")
+    reps = _validate.check_int_in_range(reps, "reps", 1)
     chunk_size = reps if chunk_size is None else chunk_size
     devices = len(jax.devices()) if num_devices is None else num_devices
     devices = max(1, min(devices, chunk_size))

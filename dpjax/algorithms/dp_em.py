@@ -307,6 +307,10 @@ def _fit(
     secure: bool = False,
 ) -> FitResult:
     key = as_key(key)
+    if not isinstance(model, EMModel):
+        raise TypeError("model must implement dpjax.models.EMModel (e.g. GaussianMixture, "
+                        f"MixtureOfRegressions, RegressionMissingCovariates); got "
+                        f"{type(model).__name__}")
     data = model.validate_data(data, on_invalid)
     n, d = model.num_records(data), model.dim(data)
     N0 = default_num_iterations(n) if num_iterations is None else num_iterations

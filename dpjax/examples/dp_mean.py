@@ -30,6 +30,7 @@ class MeanHyperparams(NamedTuple):
     epsilon: jax.Array  # () budget of the one release; inf: no noise
     delta: jax.Array  # () in (0, 1)
     clip: jax.Array  # () clipping radius C > 0
+    POSITIVE = ("clip",)  # checked by dpjax.fit, with the budgets epsilon and delta
 
 
 class MeanState(NamedTuple):
