@@ -414,8 +414,8 @@ def _smoothed(risk, space, sigma, K, key):
                 hp = space({k: v[i] for i, k in enumerate(names)})
                 return jnp.mean(risk.pure_losses(hp, *operands))
 
-            plus = jax.lax.map(at, center + sigma * u)
-            minus = jax.lax.map(at, center - sigma * u)
+            plus = jax.lax.map(at, center[None, :] + sigma * u)
+            minus = jax.lax.map(at, center[None, :] - sigma * u)
             g = ((plus - minus)[:, None] * u).sum(0) / (2 * sigma * u.shape[0])
             value = (plus.sum() + minus.sum()) / (2 * u.shape[0])
             return value, {k: g[i] for i, k in enumerate(names)}
