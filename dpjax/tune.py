@@ -463,8 +463,11 @@ def minimize(
             0.05 moves a hyperparameter by about 5% a step).
         optimizer: any ``optax.GradientTransformation`` instead.
         theta0: the start (default ``space.theta0``).
-        method, smoothing, num_directions, key: as in :func:`value_and_grad`; with
-            ``"smoothed"`` the directions are redrawn every step (``fold_in(key, step)``).
+        method: as in :func:`value_and_grad`; with ``"smoothed"`` the directions are redrawn
+            every step (``fold_in(key, step)``).
+        smoothing: as in :func:`value_and_grad`.
+        num_directions: as in :func:`value_and_grad`.
+        key: as in :func:`value_and_grad`.
     """
     try:
         import optax
