@@ -1,12 +1,9 @@
-r"""Differentiable prototyping: tune continuous hyperparameters on a Monte Carlo risk.
+"""Differentiable prototyping: tune continuous hyperparameters on a Monte Carlo risk.
 
 The Monte Carlo risk of an estimator at hyperparameters ``h`` (a clipping level, a step size, a
 truncation level) is
 
-.. math::
-
-    \hat R(h) = \frac1R \sum_{r=1}^R \mathrm{loss}\big(\mathrm{run}(h;\ D_r,\ \xi_r),\
-    \theta^*_r\big),
+    R_hat(h) = (1/R) sum_{r=1..R} loss(run(h; D_r, xi_r), truth),
 
 with ``R`` repetitions, data sets ``D_r`` and noise keys ``xi_r`` **fixed** once (common random
 numbers). dpjax draws every noise as ``scale x standard draw`` (the Gaussian and Laplace
@@ -33,10 +30,7 @@ relaxation is ``method="smoothed"``: the gradient of the Gaussian-smoothed risk
 ``E_u R_hat(theta + sigma u)``, ``u ~ N(0, I)``, in the (log) tuning coordinates ``theta``,
 estimated with antithetic pairs of fixed directions,
 
-.. math::
-
-    \hat g = \frac{1}{2 \sigma K} \sum_{k=1}^K \big(\hat R(\theta + \sigma u_k) -
-    \hat R(\theta - \sigma u_k)\big)\, u_k,
+    g_hat = sum_{k=1..K} (R_hat(theta + sigma u_k) - R_hat(theta - sigma u_k)) u_k / (2 sigma K),
 
 which is non-zero wherever a selection changes within about ``sigma`` of ``theta``. It
 differentiates the smoothed risk, not the risk; ``sigma`` sets the bias.
