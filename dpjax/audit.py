@@ -336,7 +336,8 @@ def glm_score_statistic(
 # Canary audits of registered estimators, and planted under-noising (issue 17)
 # --------------------------------------------------------------------------------------------
 
-__all__ += ["CanaryCase", "CanaryRow", "PLANTS", "audit_case", "canary_case", "canary_table",
+__all__ += ["AUDIT_DELTA", "AUDIT_LEVELS", "mechanism_cases", "registry_cases",
+            "CanaryCase", "CanaryRow", "PLANTS", "audit_case", "canary_case", "canary_table",
             "flat_statistic", "planted_bug", "format_table"]
 
 #: The planted bugs: ``"noise-x0.2"`` draws 0.2 times the calibrated noise (the events, and so
@@ -415,6 +416,13 @@ class CanaryCase(NamedTuple):
             releases on the two data sets.
         claim_epsilon, delta: the (epsilon, delta) the honest estimator's ledger states.
         separation: the noise-free distance of the two releases (the attack's signal).
+        gdp_mu: for runs whose releases are all Gaussian, the mu of mu-Gaussian DP that the
+            run's events give (``sqrt(sum_i (true_i / scale_i)^2)`` over the releases, the max
+            over steps under sample splitting): ``accounting.gaussian_epsilon(mu, delta)`` is
+            the exact epsilon if a record attains every sensitivity bound, and an upper bound
+            on what any audit can certify; ``mu / 0.2`` and ``mu / 0.5`` are the planted
+            variants'. ``None`` where a release is not Gaussian.
+        pure_epsilon: the same for a pure-DP (Laplace) run; ``None`` otherwise.
     """
 
     name: str
@@ -428,6 +436,37 @@ class CanaryCase(NamedTuple):
     claim_epsilon: float
     delta: float
     separation: float
+    gdp_mu: float | None = None
+    pure_epsilon: float | None = None
+
+    def epsilon_bound(self, factor: float = 1.0) -> float | None:
+        """The tight epsilon (at ``delta``) of the run with every noise scale times ``factor``,
+        from :attr:`gdp_mu` or :attr:`pure_epsilon`; ``None`` where neither applies."""
+        from dpjax.accounting import gaussian_epsilon
+
+        if self.gdp_mu is not None:
+            return float(gaussian_epsilon(self.gdp_mu / factor, self.delta))
+        if self.pure_epsilon is not None:
+            return self.pure_epsilon / factor
+        return None
+
+
+def _gdp_mu(events: PyTree, disjoint: bool) -> float | None:
+    """The mu-GDP of a run's (stacked) events if all are Gaussian (see :class:`CanaryCase`)."""
+    is_event = lambda x: isinstance(x, mechanisms.PrivacyEvent)  # noqa: E731
+    per_step = []
+    for e in jax.tree_util.tree_leaves(events, is_leaf=is_event):
+        if not is_event(e) or e.kind not in ("gaussian-classic", "gaussian-zcdp"):
+            return None
+        scale = np.asarray(e.scale, np.float64)
+        with np.errstate(divide="ignore"):
+            mu2 = np.where(scale > 0, (np.asarray(e.true_sensitivity, np.float64) / scale)**2,
+                           np.inf)
+        per_step.append(mu2.reshape(mu2.shape[0], -1).sum(1))
+    if not per_step:
+        return None
+    total = np.sum(per_step, axis=0)
+    return float(np.sqrt(total.max() if disjoint else total.sum()))
 
 
 def _beta_output(state: PyTree) -> PyTree:
@@ -522,7 +561,8 @@ def canary_case(
     if delta is not None and hasattr(ledger.guarantee, "to_approx_dp"):
         approx = ledger.guarantee.to_approx_dp(delta)
     return CanaryCase(entry.name, estimator, hp, example.params0, data_in, data_out, index,
-                      statistic, float(approx.epsilon), float(approx.delta), float(dist[i, j]))
+                      statistic, float(approx.epsilon), float(approx.delta), float(dist[i, j]),
+                      _gdp_mu(events, estimator.batching == "disjoint"))
 
 
 def audit_case(
@@ -552,6 +592,7 @@ class CanaryRow(NamedTuple):
     noise_x02: AuditResult
     sensitivity_x05: AuditResult
     num_trials: int
+    bounds: tuple = (None, None, None)  # CanaryCase.epsilon_bound at factors 1, 0.2, 0.5
 
 
 def canary_table(
@@ -564,21 +605,25 @@ def canary_table(
         k = jax.random.fold_in(key, zlib.crc32(c.name.encode()))
         res = [audit_case(c, jax.random.fold_in(k, i), plant=p, num_trials=m)
                for i, p in enumerate((None,) + PLANTS)]
-        rows.append(CanaryRow(c.name, c.claim_epsilon, c.delta, *res, m))
+        bounds = tuple(c.epsilon_bound(f) for f in (1.0, 0.2, 0.5))
+        rows.append(CanaryRow(c.name, c.claim_epsilon, c.delta, *res, m, bounds))
     return rows
 
 
 def format_table(rows: list[CanaryRow]) -> str:
     """The markdown table of :func:`canary_table` (lower bounds at 95% confidence)."""
-    def cell(res: AuditResult, claim: float) -> str:
-        return f"{res.epsilon_lower:.2f}" + (" **caught**" if res.violates(claim) else "")
+    def cell(res: AuditResult, claim: float, bound: float | None) -> str:
+        out = f"{res.epsilon_lower:.2f}" + (" **caught**" if res.violates(claim) else "")
+        return out + ("" if bound is None else f" (≤ {bound:.3g})")
 
     lines = ["| estimator | claimed (epsilon, delta) | audited LB, honest | noise x 0.2 | "
              "sensitivity x 0.5 | trials per data set |", "|---|---|---|---|---|---|"]
     for r in rows:
+        b = r.bounds
         lines.append(f"| `{r.name}` | ({r.claim_epsilon:.3g}, {r.delta:.3g}) | "
-                     f"{cell(r.honest, r.claim_epsilon)} | {cell(r.noise_x02, r.claim_epsilon)} | "
-                     f"{cell(r.sensitivity_x05, r.claim_epsilon)} | {r.num_trials} |")
+                     f"{cell(r.honest, r.claim_epsilon, b[0])} | "
+                     f"{cell(r.noise_x02, r.claim_epsilon, b[1])} | "
+                     f"{cell(r.sensitivity_x05, r.claim_epsilon, b[2])} | {r.num_trials} |")
     return "\n".join(lines)
 
 
@@ -616,13 +661,77 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():  # the classic-Gaussian range warning at epsilon > 1
         warnings.simplefilter("ignore")
         rows = []
-        for case in registry_cases(args.names or None):
+        cases = [c for c in mechanism_cases() if not args.names or c.name in args.names]
+        others = [n for n in args.names if not n.startswith("mechanism/")]
+        if others or not args.names:
+            cases += registry_cases(others or None)
+        for case in cases:
             rows += canary_table([case], jax.random.key(args.seed), args.trials)
             print(format_table(rows[-1:]).splitlines()[-1], flush=True)
     print()
     print(format_table(rows))
     print(f"\n{len(rows)} estimators, {time.time() - start:.0f} s")
     return 0
+
+
+
+# --------------------------------------------------------------------------------------------
+# The core mechanisms as one-release estimators (their claims are tight, or nearly)
+# --------------------------------------------------------------------------------------------
+
+
+class _Release(NamedTuple):
+    beta: jax.Array  # (d,) the release
+
+
+def _one_release(name: str, release: Callable[[jax.Array, jax.Array], jax.Array]) -> Estimator:
+    def step(key, state, data, hparams):
+        del state, hparams
+        return _Release(release(key, data)), ()
+
+    return Estimator(name, _Release, step, num_steps=1, batching="full", ledger=None)
+
+
+def mechanism_cases(n: int = 10) -> list[CanaryCase]:
+    """Canary cases of the core mechanisms of :mod:`dpjax.mechanisms`, each one release of a
+    clipped mean of ``n`` records on which the canary (``+1`` against ``-1`` in the first
+    coordinate, the rest of the data 0) moves the mean by exactly its declared sensitivity:
+
+    * ``laplace_mechanism``: epsilon = 1, delta = 0 (the claim is tight: the privacy loss is
+      exactly 1 in the tails);
+    * ``gaussian_mechanism_zcdp``: rho = 0.5, audited at (epsilon(rho, 0.05), 0.05);
+    * ``gaussian_mechanism`` (classic): (1, 1e-3);
+    * ``noisy_hard_threshold``: s = 1 of d = 4, (1, 1e-3).
+    """
+    from dpjax.accounting import zcdp_to_approx_dp
+
+    def mean(x, norm):
+        return mechanisms.bounded_mean(mechanisms.clip_linf(x, 1.0), 2.0, norm)
+
+    releases = {
+        "mechanism/laplace": (lambda k, x: mechanisms.laplace_mechanism(k, mean(x, "l1"), 1.0)[0],
+                              1, 1.0, 0.0, None, 1.0),
+        "mechanism/gaussian-zcdp": (
+            lambda k, x: mechanisms.gaussian_mechanism_zcdp(k, mean(x, "l2"), 0.5)[0], 1,
+            float(zcdp_to_approx_dp(0.5, AUDIT_DELTA).epsilon), AUDIT_DELTA, 1.0, None),
+        "mechanism/gaussian-classic": (
+            lambda k, x: mechanisms.gaussian_mechanism(k, mean(x, "l2"), 1.0, 1e-3)[0], 1, 1.0,
+            1e-3, 1.0 / float(mechanisms.epsilon_constant("gaussian-classic", 1e-3)), None),
+        "mechanism/noisy-ht": (
+            lambda k, x: mechanisms.noisy_hard_threshold(k, mean(x, "linf"), 1, 1.0, 1e-3).value,
+            4, 1.0, 1e-3, None, None),
+    }
+    cases = []
+    for name, (release, d, eps, delta, mu, pure) in releases.items():
+        data = jnp.zeros((n, d), jnp.float32)
+        data_in = data.at[0, 0].set(1.0)
+        data_out = data.at[0, 0].set(-1.0)
+        direction = np.zeros(d)
+        direction[0] = 1.0
+        cases.append(CanaryCase(name, _one_release(name, release), (), jnp.zeros(d), data_in,
+                                data_out, 0, flat_statistic(direction, np.zeros(d)), eps,
+                                delta, 2.0 / n, mu, pure))
+    return cases
 
 
 if __name__ == "__main__":
