@@ -502,6 +502,24 @@ def _candidate_records(data: PyTree, num: int, magnitude: float, seed: int) -> P
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(data), out)
 
 
+def _single_entry_variants(record: PyTree, magnitude: float) -> PyTree:
+    """Every record that differs from ``record`` in one entry, set to ``-x``, ``+-magnitude``
+    or 0 (leaves ``(4 * size, ...)``)."""
+    leaves, treedef = jax.tree_util.tree_flatten(record)
+    flat = [np.asarray(x, np.float64).ravel() for x in leaves]
+    variants = []
+    for li, v in enumerate(flat):
+        for e in range(v.size):
+            for value in (-v[e], magnitude, -magnitude, 0.0):
+                new = [x.copy() for x in flat]
+                new[li][e] = value
+                variants.append(new)
+    return jax.tree_util.tree_unflatten(treedef, [
+        jnp.asarray(np.stack([var[li] for var in variants]).reshape(
+            (len(variants),) + np.shape(leaves[li])), jnp.asarray(leaves[li]).dtype)
+        for li in range(len(leaves))])
+
+
 def canary_case(
     entry: Any,
     level: float = 1.0,
@@ -510,6 +528,7 @@ def canary_case(
     delta: float | None = None,
     num_candidates: int = 64,
     magnitude: float = 1e3,
+    search_rounds: int = 4,
     seed: int = 0,
 ) -> CanaryCase:
     """Build the canary audit of a registry entry at privacy ``level``.
@@ -548,20 +567,42 @@ def canary_case(
                 mech0(jax.random.key(0), replace_record(data, index, record)))])
 
         outs = np.asarray(jax.lax.map(noise_free, cands), np.float64)
-    outs = np.where(np.isfinite(outs), outs, 0.0)
-    dist = np.linalg.norm(outs[:, None, :] - outs[None, :, :], axis=-1)
-    i, j = np.unravel_index(int(np.argmax(dist)), dist.shape)
-    pick = lambda k: jax.tree_util.tree_map(lambda c: c[k], cands)  # noqa: E731
-    data_in = replace_record(data, index, pick(i))
-    data_out = replace_record(data, index, pick(j))
-    statistic = flat_statistic(outs[i] - outs[j], outs[j])
+        outs = np.where(np.isfinite(outs), outs, 0.0)
+        dist = np.linalg.norm(outs[:, None, :] - outs[None, :, :], axis=-1)
+        i, j = np.unravel_index(int(np.argmax(dist)), dist.shape)
+        pick = lambda k: jax.tree_util.tree_map(lambda c: c[k], cands)  # noqa: E731
+        rec_in, rec_out, out_in, out_out = pick(i), pick(j), outs[i], outs[j]
+        # Greedy local search: change one entry of one record at a time (negate it, set it to
+        # +-magnitude or 0) while the noise-free releases move apart.
+        for _ in range(search_rounds):
+            moved = False
+            for side in (0, 1):
+                rec, other = (rec_out, out_in) if side == 0 else (rec_in, out_out)
+                variants = _single_entry_variants(rec, magnitude)
+                vo = np.asarray(jax.lax.map(noise_free, variants), np.float64)
+                vo = np.where(np.isfinite(vo), vo, 0.0)
+                gain = np.linalg.norm(vo - other, axis=-1)
+                best = int(np.argmax(gain))
+                if gain[best] > np.linalg.norm(out_in - out_out) * (1 + 1e-6):
+                    moved = True
+                    new = jax.tree_util.tree_map(lambda c, b=best: c[b], variants)
+                    if side == 0:
+                        rec_out, out_out = new, vo[best]
+                    else:
+                        rec_in, out_in = new, vo[best]
+            if not moved:
+                break
+    data_in = replace_record(data, index, rec_in)
+    data_out = replace_record(data, index, rec_out)
+    statistic = flat_statistic(out_in - out_out, out_out)
     events = probe_events(estimator, data_in, example.params0, hp)
     ledger = estimator.ledger(n, hp, events)
     approx = ledger.approx_dp
     if delta is not None and hasattr(ledger.guarantee, "to_approx_dp"):
         approx = ledger.guarantee.to_approx_dp(delta)
     return CanaryCase(entry.name, estimator, hp, example.params0, data_in, data_out, index,
-                      statistic, float(approx.epsilon), float(approx.delta), float(dist[i, j]),
+                      statistic, float(approx.epsilon), float(approx.delta),
+                      float(np.linalg.norm(out_in - out_out)),
                       _gdp_mu(events, estimator.batching == "disjoint"))
 
 
