@@ -51,7 +51,9 @@ Example (the planted under-noising of ``tests/test_audit.py``)::
 
 from __future__ import annotations
 
+import contextlib
 import math
+import zlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -60,8 +62,9 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from dpjax import _validate
-from dpjax.base import Estimator, run
+from dpjax import _validate, mechanisms
+from dpjax.base import Estimator, probe_events, run
+from dpjax.mechanisms import sanitize
 
 __all__ = [
     "AuditResult",
@@ -327,3 +330,450 @@ def glm_score_statistic(
         return jnp.dot(beta_hat - beta, score)
 
     return statistic
+
+
+# --------------------------------------------------------------------------------------------
+# Canary audits of registered estimators, and planted under-noising (issue 17)
+# --------------------------------------------------------------------------------------------
+
+__all__ += ["AUDIT_DELTA", "AUDIT_LEVELS", "mechanism_cases", "registry_cases",
+            "CanaryCase", "CanaryRow", "PLANTS", "audit_case", "canary_case", "canary_table",
+            "flat_statistic", "planted_bug", "format_table"]
+
+#: The planted bugs: ``"noise-x0.2"`` draws 0.2 times the calibrated noise (the events, and so
+#: the ledger, still record the honest scale); ``"sensitivity-x0.5"`` calibrates every release
+#: from half the statistic's declared sensitivity (the events record the halved scale).
+PLANTS = ("noise-x0.2", "sensitivity-x0.5")
+
+# The calibration functions of dpjax.mechanisms whose first argument is the sensitivity.
+_SCALE_FUNCTIONS = ("laplace_scale", "gaussian_sigma_classic", "gaussian_sigma_zcdp",
+                    "peeling_scale")
+_NOISE_FUNCTIONS = ("laplace_noise", "gaussian_noise")
+
+
+@contextlib.contextmanager
+def planted_bug(kind: str | None):
+    """Temporarily plant an under-noising bug in :mod:`dpjax.mechanisms` (no file is edited).
+
+    Every Laplace, Gaussian, zCDP-Gaussian and peeling release of every estimator goes through
+    the noise draws and calibrations of :mod:`dpjax.mechanisms`, looked up at trace time, so
+    a function traced inside this context (a fresh ``jit``, as :func:`audit` makes) carries the
+    bug and one traced outside it does not. ``kind``: one of :data:`PLANTS`, or ``None`` (no
+    bug). Not thread-safe; for audits and tests only.
+    """
+    if kind is None:
+        yield
+        return
+    if kind not in PLANTS + ("noise-x0",):
+        raise ValueError(f"kind must be one of {PLANTS} or None; got {kind!r}")
+    saved = {name: getattr(mechanisms, name) for name in _SCALE_FUNCTIONS + _NOISE_FUNCTIONS}
+    try:
+        if kind.startswith("noise-x"):
+            factor = float(kind[len("noise-x"):])
+            for name in _NOISE_FUNCTIONS:
+                def draw(key, shape, scale, dtype=jnp.float32, _f=saved[name]):
+                    return _f(key, shape, factor * jnp.asarray(scale, dtype), dtype)
+                setattr(mechanisms, name, draw)
+        else:
+            for name in _SCALE_FUNCTIONS:
+                def calibrate(sensitivity, *budget, _f=saved[name], **kw):
+                    return _f(0.5 * jnp.asarray(sensitivity), *budget, **kw)
+                setattr(mechanisms, name, calibrate)
+        yield
+    finally:
+        for name, f in saved.items():
+            setattr(mechanisms, name, f)
+
+
+def flat_statistic(direction: Any, origin: Any) -> Callable[[PyTree], jax.Array]:
+    """``release -> <flatten(release) - origin, direction / ||direction||>``: the linear
+    projection of a release on the direction of the neighbours' difference."""
+    u = jnp.asarray(direction, jnp.float32).ravel()
+    u = u / jnp.maximum(jnp.linalg.norm(u), jnp.finfo(jnp.float32).tiny)
+    o = jnp.asarray(origin, jnp.float32).ravel()
+
+    def statistic(release: PyTree) -> jax.Array:
+        flat = jnp.concatenate([jnp.ravel(x).astype(jnp.float32)
+                                for x in jax.tree_util.tree_leaves(release)])
+        return jnp.dot(sanitize(flat) - o, u)
+
+    return statistic
+
+
+class CanaryCase(NamedTuple):
+    """A canary audit of one estimator: the neighbouring pair, the attack and the claim.
+
+    Attributes:
+        name: the registry name.
+        estimator: the estimator (static configuration of the registry entry).
+        hparams: one privacy level's hyperparameters.
+        params0: the data-independent start.
+        data_in, data_out: neighbouring data sets (replace-one: they differ in record
+            ``index`` only); ``data_in`` holds the canary.
+        index: the canary's row (in the last batch under disjoint batching, so no later step
+            washes it out).
+        statistic: ``release -> scalar``: the projection on the noise-free difference of the
+            releases on the two data sets.
+        claim_epsilon, delta: the (epsilon, delta) the honest estimator's ledger states.
+        separation: the noise-free distance of the two releases (the attack's signal).
+        gdp_mu: for runs whose releases are all Gaussian, the mu of mu-Gaussian DP that the
+            run's events give (``sqrt(sum_i (true_i / scale_i)^2)`` over the releases, the max
+            over steps under sample splitting): ``accounting.gaussian_epsilon(mu, delta)`` is
+            the exact epsilon if a record attains every sensitivity bound, and an upper bound
+            on what any audit can certify; ``mu / 0.2`` and ``mu / 0.5`` are the planted
+            variants'. ``None`` where a release is not Gaussian.
+        pure_epsilon: the same for a pure-DP (Laplace) run; ``None`` otherwise.
+    """
+
+    name: str
+    estimator: Estimator
+    hparams: PyTree
+    params0: PyTree
+    data_in: PyTree
+    data_out: PyTree
+    index: int
+    statistic: Callable[[PyTree], jax.Array]
+    claim_epsilon: float
+    delta: float
+    separation: float
+    gdp_mu: float | None = None
+    pure_epsilon: float | None = None
+
+    def epsilon_bound(self, factor: float = 1.0) -> float | None:
+        """The tight epsilon (at ``delta``) of the run with every noise scale times ``factor``,
+        from :attr:`gdp_mu` or :attr:`pure_epsilon`; ``None`` where neither applies."""
+        from dpjax.accounting import gaussian_epsilon
+
+        if self.gdp_mu is not None:
+            return float(gaussian_epsilon(self.gdp_mu / factor, self.delta))
+        if self.pure_epsilon is not None:
+            return self.pure_epsilon / factor
+        return None
+
+
+def _gdp_mu(events: PyTree, disjoint: bool) -> float | None:
+    """The mu-GDP of a run's (stacked) events if all are Gaussian (see :class:`CanaryCase`)."""
+    is_event = lambda x: isinstance(x, mechanisms.PrivacyEvent)  # noqa: E731
+    per_step = []
+    for e in jax.tree_util.tree_leaves(events, is_leaf=is_event):
+        if not is_event(e) or e.kind not in ("gaussian-classic", "gaussian-zcdp"):
+            return None
+        scale = np.asarray(e.scale, np.float64)
+        with np.errstate(divide="ignore"):
+            mu2 = np.where(scale > 0, (np.asarray(e.true_sensitivity, np.float64) / scale)**2,
+                           np.inf)
+        per_step.append(mu2.reshape(mu2.shape[0], -1).sum(1))
+    if not per_step:
+        return None
+    total = np.sum(per_step, axis=0)
+    return float(np.sqrt(total.max() if disjoint else total.sum()))
+
+
+def _beta_output(state: PyTree) -> PyTree:
+    return state.beta
+
+
+def _candidate_records(data: PyTree, num: int, magnitude: float, seed: int) -> PyTree:
+    """``num`` candidate canary records (leaves ``(num, ...)``): extreme and unit sign
+    patterns, single extreme coordinates, zeros and the data's own first record, mixed at
+    random across the leaves. The clipping maps extreme values onto the boundary."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for leaf in jax.tree_util.tree_leaves(data):
+        arr = np.asarray(leaf)
+        shape = arr.shape[1:]
+        size = int(np.prod(shape, dtype=int))
+        rows = []
+        for _ in range(num):
+            kind = rng.integers(5)
+            if kind == 0:
+                row = magnitude * rng.choice([-1.0, 1.0], size)
+            elif kind == 1:
+                row = rng.choice([-1.0, 1.0], size)
+            elif kind == 2:
+                row = np.zeros(size)
+                row[rng.integers(size)] = magnitude * rng.choice([-1.0, 1.0])
+            elif kind == 3:
+                row = np.zeros(size)
+            else:
+                row = arr[rng.integers(arr.shape[0])].ravel().astype(float)
+            rows.append(row.reshape(shape))
+        out.append(jnp.asarray(np.stack(rows), arr.dtype))
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(data), out)
+
+
+def _single_entry_variants(record: PyTree, magnitude: float) -> PyTree:
+    """Every record that differs from ``record`` in one entry, set to ``-x``, ``+-magnitude``
+    or 0 (leaves ``(4 * size, ...)``)."""
+    leaves, treedef = jax.tree_util.tree_flatten(record)
+    flat = [np.asarray(x, np.float64).ravel() for x in leaves]
+    variants = []
+    for li, v in enumerate(flat):
+        for e in range(v.size):
+            for value in (-v[e], magnitude, -magnitude, 0.0):
+                new = [x.copy() for x in flat]
+                new[li][e] = value
+                variants.append(new)
+    return jax.tree_util.tree_unflatten(treedef, [
+        jnp.asarray(np.stack([var[li] for var in variants]).reshape(
+            (len(variants),) + np.shape(leaves[li])), jnp.asarray(leaves[li]).dtype)
+        for li in range(len(leaves))])
+
+
+def canary_case(
+    entry: Any,
+    level: float = 1.0,
+    *,
+    hparams: PyTree = None,
+    delta: float | None = None,
+    num_candidates: int = 64,
+    magnitude: float = 1e3,
+    search_rounds: int = 4,
+    seed: int = 0,
+) -> CanaryCase:
+    """Build the canary audit of a registry entry at privacy ``level``.
+
+    The adversarial neighbouring pair is found by search: ``num_candidates`` candidate records
+    (:func:`_candidate_records`, each with its negation) are put in row ``index`` of the
+    example data, the estimator is run with its noise multiplied by 0 (the same
+    hyperparameters, so the same clipping and truncation) on each, and the two candidates whose
+    noise-free releases lie farthest apart become the canary (``data_in``) and its replacement
+    (``data_out``). The attack statistic projects a release on the direction between those two
+    noise-free releases.
+
+    The claim is the honest ledger's, read off the run's events on ``data_in`` at ``hparams``
+    (default: ``example.hparams(level)``): its ``approx_dp``, or, when ``delta`` is given and
+    the ledger's guarantee is rho-zCDP, the (epsilon, delta) that rho implies at that ``delta``
+    (rho-zCDP implies a whole curve; a larger delta is where an audit with a few thousand
+    trials can test it).
+    """
+    estimator = entry.build()
+    example = entry.example()
+    hp = example.hparams(level) if hparams is None else hparams
+    hp = jax.tree_util.tree_map(jnp.asarray, hp)
+    data = example.data
+    n = jax.tree_util.tree_leaves(data)[0].shape[0]
+    index = 0
+    if estimator.batching == "disjoint":
+        index = (estimator.num_steps - 1) * (n // estimator.num_steps)
+    half = _candidate_records(data, num_candidates // 2, magnitude, seed)
+    cands = jax.tree_util.tree_map(lambda c: jnp.concatenate([c, -c]), half)
+    with planted_bug("noise-x0"):
+        mech0 = estimator_mechanism(estimator, hp, example.params0, _beta_output)
+
+        @jax.jit
+        def noise_free(record):
+            return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(
+                mech0(jax.random.key(0), replace_record(data, index, record)))])
+
+        outs = np.asarray(jax.lax.map(noise_free, cands), np.float64)
+        outs = np.where(np.isfinite(outs), outs, 0.0)
+        dist = np.linalg.norm(outs[:, None, :] - outs[None, :, :], axis=-1)
+        i, j = np.unravel_index(int(np.argmax(dist)), dist.shape)
+        pick = lambda k: jax.tree_util.tree_map(lambda c: c[k], cands)  # noqa: E731
+        rec_in, rec_out, out_in, out_out = pick(i), pick(j), outs[i], outs[j]
+        # Greedy local search: change one entry of one record at a time (negate it, set it to
+        # +-magnitude or 0) while the noise-free releases move apart.
+        for _ in range(search_rounds):
+            moved = False
+            for side in (0, 1):
+                rec, other = (rec_out, out_in) if side == 0 else (rec_in, out_out)
+                variants = _single_entry_variants(rec, magnitude)
+                vo = np.asarray(jax.lax.map(noise_free, variants), np.float64)
+                vo = np.where(np.isfinite(vo), vo, 0.0)
+                gain = np.linalg.norm(vo - other, axis=-1)
+                best = int(np.argmax(gain))
+                if gain[best] > np.linalg.norm(out_in - out_out) * (1 + 1e-6):
+                    moved = True
+                    new = jax.tree_util.tree_map(lambda c, b=best: c[b], variants)
+                    if side == 0:
+                        rec_out, out_out = new, vo[best]
+                    else:
+                        rec_in, out_in = new, vo[best]
+            if not moved:
+                break
+    data_in = replace_record(data, index, rec_in)
+    data_out = replace_record(data, index, rec_out)
+    statistic = flat_statistic(out_in - out_out, out_out)
+    events = probe_events(estimator, data_in, example.params0, hp)
+    ledger = estimator.ledger(n, hp, events)
+    approx = ledger.approx_dp
+    if delta is not None and hasattr(ledger.guarantee, "to_approx_dp"):
+        approx = ledger.guarantee.to_approx_dp(delta)
+    return CanaryCase(entry.name, estimator, hp, example.params0, data_in, data_out, index,
+                      statistic, float(approx.epsilon), float(approx.delta),
+                      float(np.linalg.norm(out_in - out_out)),
+                      _gdp_mu(events, estimator.batching == "disjoint"))
+
+
+def audit_case(
+    case: CanaryCase,
+    key: jax.Array,
+    *,
+    plant: str | None = None,
+    num_trials: int = 4000,
+    confidence: float = 0.95,
+    batch_size: int | None = 1000,
+) -> AuditResult:
+    """Audit ``case`` (with the planted bug ``plant``, or honest) at its claimed delta."""
+    with planted_bug(plant):
+        mech = estimator_mechanism(case.estimator, case.hparams, case.params0, _beta_output)
+        return audit(mech, key, case.data_in, case.data_out, case.statistic,
+                     num_trials=num_trials, delta=case.delta, confidence=confidence,
+                     batch_size=batch_size)
+
+
+class CanaryRow(NamedTuple):
+    """One row of the audit table: the claim and the three audited lower bounds."""
+
+    name: str
+    claim_epsilon: float
+    delta: float
+    honest: AuditResult
+    noise_x02: AuditResult
+    sensitivity_x05: AuditResult
+    num_trials: int
+    bounds: tuple = (None, None, None)  # CanaryCase.epsilon_bound at factors 1, 0.2, 0.5
+
+
+def canary_table(
+    cases: list[CanaryCase], key: jax.Array, num_trials: int | dict[str, int] = 4000
+) -> list[CanaryRow]:
+    """Audit every case honest, with noise x 0.2 and with the sensitivity halved."""
+    rows = []
+    for c in cases:
+        m = num_trials[c.name] if isinstance(num_trials, dict) else num_trials
+        k = jax.random.fold_in(key, zlib.crc32(c.name.encode()))
+        res = [audit_case(c, jax.random.fold_in(k, i), plant=p, num_trials=m)
+               for i, p in enumerate((None,) + PLANTS)]
+        bounds = tuple(c.epsilon_bound(f) for f in (1.0, 0.2, 0.5))
+        rows.append(CanaryRow(c.name, c.claim_epsilon, c.delta, *res, m, bounds))
+    return rows
+
+
+def format_table(rows: list[CanaryRow]) -> str:
+    """The markdown table of :func:`canary_table` (lower bounds at 95% confidence)."""
+    def cell(res: AuditResult, claim: float, bound: float | None) -> str:
+        out = f"{res.epsilon_lower:.2f}" + (" **caught**" if res.violates(claim) else "")
+        return out + ("" if bound is None else f" (≤ {bound:.3g})")
+
+    lines = ["| estimator | claimed (epsilon, delta) | audited LB, honest | noise x 0.2 | "
+             "sensitivity x 0.5 | trials per data set |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        b = r.bounds
+        lines.append(f"| `{r.name}` | ({r.claim_epsilon:.3g}, {r.delta:.3g}) | "
+                     f"{cell(r.honest, r.claim_epsilon, b[0])} | "
+                     f"{cell(r.noise_x02, r.claim_epsilon, b[1])} | "
+                     f"{cell(r.sensitivity_x05, r.claim_epsilon, b[2])} | {r.num_trials} |")
+    return "\n".join(lines)
+
+
+#: The audit configuration of each family: the privacy level of the registry example, and the
+#: delta at which a rho-zCDP ledger's curve is audited (None: the ledger's own (epsilon, delta)).
+AUDIT_LEVELS = {"dp-iv": 0.25}
+AUDIT_DELTA = 0.05
+
+
+def registry_cases(names: list[str] | None = None) -> list[CanaryCase]:
+    """The canary cases of every private registered estimator (or of ``names``)."""
+    from dpjax import registry
+
+    return [canary_case(e, AUDIT_LEVELS.get(e.family, 1.0), delta=AUDIT_DELTA)
+            for e in registry.entries()
+            if e.private and (names is None or e.name in names)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dpjax.audit --table [--trials M] [NAME ...]``: print the audit table."""
+    import argparse
+    import time
+    import warnings
+
+    parser = argparse.ArgumentParser(prog="python -m dpjax.audit")
+    parser.add_argument("--table", action="store_true", help="print the canary audit table")
+    parser.add_argument("--trials", type=int, default=2000, help="trials per data set")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("names", nargs="*", help="registry names (default: every private one)")
+    args = parser.parse_args(argv)
+    if not args.table:
+        parser.print_help()
+        return 0
+    start = time.time()
+    with warnings.catch_warnings():  # the classic-Gaussian range warning at epsilon > 1
+        warnings.simplefilter("ignore")
+        rows = []
+        cases = [c for c in mechanism_cases() if not args.names or c.name in args.names]
+        others = [n for n in args.names if not n.startswith("mechanism/")]
+        if others or not args.names:
+            cases += registry_cases(others or None)
+        for case in cases:
+            rows += canary_table([case], jax.random.key(args.seed), args.trials)
+            print(format_table(rows[-1:]).splitlines()[-1], flush=True)
+    print()
+    print(format_table(rows))
+    print(f"\n{len(rows)} estimators, {time.time() - start:.0f} s")
+    return 0
+
+
+
+# --------------------------------------------------------------------------------------------
+# The core mechanisms as one-release estimators (their claims are tight, or nearly)
+# --------------------------------------------------------------------------------------------
+
+
+class _Release(NamedTuple):
+    beta: jax.Array  # (d,) the release
+
+
+def _one_release(name: str, release: Callable[[jax.Array, jax.Array], jax.Array]) -> Estimator:
+    def step(key, state, data, hparams):
+        del state, hparams
+        return _Release(release(key, data)), ()
+
+    return Estimator(name, _Release, step, num_steps=1, batching="full", ledger=None)
+
+
+def mechanism_cases(n: int = 10) -> list[CanaryCase]:
+    """Canary cases of the core mechanisms of :mod:`dpjax.mechanisms`, each one release of a
+    clipped mean of ``n`` records on which the canary (``+1`` against ``-1`` in the first
+    coordinate, the rest of the data 0) moves the mean by exactly its declared sensitivity:
+
+    * ``laplace_mechanism``: epsilon = 1, delta = 0 (the claim is tight: the privacy loss is
+      exactly 1 in the tails);
+    * ``gaussian_mechanism_zcdp``: rho = 0.5, audited at (epsilon(rho, 0.05), 0.05);
+    * ``gaussian_mechanism`` (classic): (1, 1e-3);
+    * ``noisy_hard_threshold``: s = 1 of d = 4, (1, 1e-3).
+    """
+    from dpjax.accounting import zcdp_to_approx_dp
+
+    def mean(x, norm):
+        return mechanisms.bounded_mean(mechanisms.clip_linf(x, 1.0), 2.0, norm)
+
+    releases = {
+        "mechanism/laplace": (lambda k, x: mechanisms.laplace_mechanism(k, mean(x, "l1"), 1.0)[0],
+                              1, 1.0, 0.0, None, 1.0),
+        "mechanism/gaussian-zcdp": (
+            lambda k, x: mechanisms.gaussian_mechanism_zcdp(k, mean(x, "l2"), 0.5)[0], 1,
+            float(zcdp_to_approx_dp(0.5, AUDIT_DELTA).epsilon), AUDIT_DELTA, 1.0, None),
+        "mechanism/gaussian-classic": (
+            lambda k, x: mechanisms.gaussian_mechanism(k, mean(x, "l2"), 1.0, 1e-3)[0], 1, 1.0,
+            1e-3, 1.0 / float(mechanisms.epsilon_constant("gaussian-classic", 1e-3)), None),
+        "mechanism/noisy-ht": (
+            lambda k, x: mechanisms.noisy_hard_threshold(k, mean(x, "linf"), 1, 1.0, 1e-3).value,
+            4, 1.0, 1e-3, None, None),
+    }
+    cases = []
+    for name, (release, d, eps, delta, mu, pure) in releases.items():
+        data = jnp.zeros((n, d), jnp.float32)
+        data_in = data.at[0, 0].set(1.0)
+        data_out = data.at[0, 0].set(-1.0)
+        direction = np.zeros(d)
+        direction[0] = 1.0
+        cases.append(CanaryCase(name, _one_release(name, release), (), jnp.zeros(d), data_in,
+                                data_out, 0, flat_statistic(direction, np.zeros(d)), eps,
+                                delta, 2.0 / n, mu, pure))
+    return cases
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
