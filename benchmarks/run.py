@@ -65,6 +65,15 @@ class Family:
     numpy_module: str
     full: Size
     quick: Size
+    n_keys: tuple[str, ...] = ("n_grid", "n_base")  # the --set keys that fix n
+
+    def at(self, size: Size, reps: int | None = None, n: int | None = None) -> Size:
+        """``size`` with other repetitions and / or another sample size."""
+        sets = size.sets
+        if n is not None:
+            sets = tuple(kv for kv in sets if kv.split("=")[0] not in self.n_keys)
+            sets += tuple(f"{k}={n}" for k in self.n_keys)
+        return dataclasses.replace(size, reps=size.reps if reps is None else reps, sets=sets)
 
 
 FAMILIES = {
@@ -113,6 +122,7 @@ FAMILIES = {
                  {"n": 8000, "dim": 5, "T": 20}, ("--n", "8000", "--dim", "5", "--T", "20")),
             Size(4, ("dims=3", "n_grid=1000", "clip_consts=1", "references=false", "T=5"),
                  {"n": 1000, "dim": 3, "T": 5}, ("--n", "1000", "--dim", "3", "--T", "5")),
+            n_keys=("n_grid",),
         ),
     ]
 }
@@ -127,6 +137,11 @@ def _median(xs):
     xs = sorted(xs)
     k = len(xs)
     return xs[k // 2] if k % 2 else 0.5 * (xs[k // 2 - 1] + xs[k // 2])
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _peak_rss_mb() -> float:
@@ -210,29 +225,34 @@ def part_kernel(family: Family, size: Size, rounds: int, budget_gb: float,
     rss_dpjax = _peak_rss_mb()  # before any NumPy run: dpjax's own peak
     np_mod = _numpy(family.numpy_module)
     dp_times, np_times, ratios, np_peak = [], [], [], 0.0
+    dp_cpu, np_cpu, cpu_ratios = [], [], []
     for _ in range(rounds):
         if not skip_numpy:
             tracemalloc.start()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _cpu_s()
             np_mod.run_study(size.reps, **size.numpy_kwargs)
             np_times.append(time.perf_counter() - t0)
+            np_cpu.append(_cpu_s() - c0)
             np_peak = max(np_peak, tracemalloc.get_traced_memory()[1] / 2**20)
             tracemalloc.stop()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         jax.block_until_ready(_run_kernel(settings, size.reps, budget_gb))
         dp_times.append(time.perf_counter() - t0)
+        dp_cpu.append(_cpu_s() - c0)
         if not skip_numpy:
             ratios.append(np_times[-1] / dp_times[-1])
+            cpu_ratios.append(np_cpu[-1] / dp_cpu[-1])
     warm = _median(dp_times)
     res = {"reps": size.reps, "settings": [s.key for s in settings],
            "levels": sum(len(s.levels) for s in settings),
-           "dpjax_s": warm, "dpjax_all_s": dp_times,
+           "dpjax_s": warm, "dpjax_all_s": dp_times, "dpjax_cpu_s": _median(dp_cpu),
            "compile_s": max(first - warm, 0.0), "first_call_s": first,
            "dpjax_peak_rss_mb": rss_dpjax, "load_avg": load()}
     if not skip_numpy:
         res |= {"numpy_s": _median(np_times), "numpy_all_s": np_times,
                 "numpy_peak_traced_mb": np_peak, "speedup": _median(ratios),
-                "speedup_all": ratios}
+                "speedup_all": ratios, "numpy_cpu_s": _median(np_cpu),
+                "speedup_cpu": _median(cpu_ratios)}
     return res
 
 
@@ -251,7 +271,8 @@ def _timed_process(cmd: list[str], env: dict) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{stderr.decode()[-3000:]}")
-    return {"seconds": secs, "peak_rss_mb": usage.ru_maxrss / 1024.0}
+    return {"seconds": secs, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mb": usage.ru_maxrss / 1024.0}
 
 
 def part_e2e(family: Family, size: Size, rounds: int, warm_cache: bool,
@@ -408,6 +429,70 @@ def run_family(family: Family, args) -> dict:
     return res
 
 
+SCALING = {  # family -> (repetitions, sample sizes at the full size's reps // 2 or so)
+    "em_hd": ((5, 10, 20, 40), (2000, 4000, 8000, 16000)),
+    "em_ld": ((10, 20, 40, 80), (5000, 10000, 20000, 40000)),
+    "glm_gd": ((5, 10, 20, 40), (10000, 20000, 40000, 80000)),
+    "glm_sparse": ((1, 2, 4, 8), (5000, 10000, 20000, 40000)),
+    "iv": ((10, 20, 40, 80), (2000, 4000, 8000, 16000)),
+}
+
+
+def scaling(name: str, device: str, budget_gb: float, n_reps: int) -> dict:
+    """Kernel time (wall and CPU), compile time and peak RSS against repetitions (at the full
+    size's n) and against n (at ``n_reps`` repetitions), each point in its own process."""
+    reps_grid, n_grid = SCALING[name]
+    out: dict = {"reps": [], "n": []}
+    for r in reps_grid:
+        out["reps"].append({"x": r, **_spawn(
+            ["--part", "kernel", "--family", name, "--rounds", "1", "--skip-numpy", "--reps",
+             str(r), "--memory-budget", str(budget_gb)], device)})
+    for n in n_grid:
+        out["n"].append({"x": n, **_spawn(
+            ["--part", "kernel", "--family", name, "--rounds", "1", "--skip-numpy", "--reps",
+             str(n_reps), "--n", str(n), "--memory-budget", str(budget_gb)], device)})
+    return out
+
+
+def slope(xs, ys) -> float:
+    """Least-squares slope of log y against log x."""
+    import numpy as np
+
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def plot_scaling(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fams = list(results)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for i, name in enumerate(fams):
+        color = f"C{i}"
+        for ax, axis in zip(axes[:2], ("reps", "n")):
+            pts = results[name][axis]
+            xs = [p["x"] for p in pts]
+            ys = [p["dpjax_s"] for p in pts]
+            ax.loglog(xs, ys, "o-", color=color, label=f"{name} (slope {slope(xs, ys):.2f})")
+        pts = results[name]["reps"]
+        axes[2].semilogx([p["x"] for p in pts], [p["dpjax_peak_rss_mb"] for p in pts], "o-",
+                         color=color, label=name)
+    axes[0].set(xlabel="repetitions", ylabel="warm kernel time (s)",
+                title="cost vs repetitions (full-size n)")
+    axes[1].set(xlabel="n", ylabel="warm kernel time (s)", title="cost vs n")
+    axes[2].set(xlabel="repetitions", ylabel="peak RSS (MB)",
+                title="peak memory vs repetitions (2 GB chunk budget)")
+    for ax in axes:
+        ax.legend(fontsize=7)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _spawn(argv: list[str], device: str) -> dict:
     env = dict(os.environ)
     if device == "cpu":
@@ -422,7 +507,8 @@ def _spawn(argv: list[str], device: str) -> dict:
 def table(results: dict) -> str:
     """The Markdown table of one run of the harness."""
     lines = [
-        "| family | reps x levels | dpjax kernel | NumPy loop | **kernel speedup** | compile "
+        "| family | reps x levels | dpjax kernel | NumPy loop | **kernel speedup** (CPU-time "
+        "ratio) | compile "
         "| dpjax run, cold | dpjax run, warm cache | NumPy script | **end-to-end speedup "
         "cold / warm** | peak RSS dpjax / NumPy | agreement at eps=inf |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -435,7 +521,8 @@ def table(results: dict) -> str:
 
         lines.append(
             f"| {name} | {k['reps']} x {k['levels']} | {s(k['dpjax_s'])} | "
-            f"{s(k.get('numpy_s'))} | **{s(k.get('speedup'), '{:.1f}x')}** | "
+            f"{s(k.get('numpy_s'))} | **{s(k.get('speedup'), '{:.1f}x')}** "
+            f"({s(k.get('speedup_cpu'), '{:.1f}x')}) | "
             f"{s(k['compile_s'])} | {s(e.get('cold_s'))} | {s(e.get('warm_s'))} | "
             f"{s(e.get('numpy_s'))} | **{s(e.get('speedup_cold'), '{:.1f}x')} / "
             f"{s(e.get('speedup_warm'), '{:.1f}x')}** | "
@@ -473,6 +560,9 @@ def main(argv=None) -> int:
     p.add_argument("--part", choices=["kernel"], help=argparse.SUPPRESS)
     p.add_argument("--rounds", type=int, default=None, help="paired rounds (3; quick: 1)")
     p.add_argument("--reps", type=int, default=None, help="override every family's reps")
+    p.add_argument("--n", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--scaling", action="store_true",
+                   help="time against reps and n (benchmarks/figures/scaling.png)")
     p.add_argument("--memory-budget", type=float, default=2.0, help="GB per chunk (as dpjax run)")
     p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto")
     p.add_argument("--inline", action="store_true", help="kernel part in this process")
@@ -489,15 +579,29 @@ def main(argv=None) -> int:
         os.environ["JAX_PLATFORMS"] = "cpu"
     if a.part == "kernel":
         fam = FAMILIES[a.family[0]]
-        size = fam.quick if a.quick else fam.full
-        if a.reps:
-            size = dataclasses.replace(size, reps=a.reps)
+        size = fam.at(fam.quick if a.quick else fam.full, a.reps, a.n)
         print(json.dumps(part_kernel(fam, size, a.rounds, a.memory_budget, a.skip_numpy)))
         return 0
     names = a.family or (sorted(FAMILIES) if (a.all or a.quick) else [])
     if not names:
         p.error("give --all, --quick or --family NAME")
     tag = a.tag or ("quick" if a.quick else "local")
+    if a.scaling:
+        res = {"machine": machine(), "load_before": load(), "families": {}}
+        for name in names:
+            print(f"[scaling] {name} ...", file=sys.stderr, flush=True)
+            res["families"][name] = scaling(name, a.device, a.memory_budget,
+                                            max(FAMILIES[name].full.reps // 4, 2))
+            out = ROOT / "benchmarks" / "results" / f"scaling-{tag}.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            res["load_after"] = load()
+            out.write_text(json.dumps(res, indent=2) + "\n")
+            plot_scaling(res["families"], ROOT / "benchmarks" / "figures" / "scaling.png")
+        for name, r in res["families"].items():
+            print(name, {ax: round(slope([p["x"] for p in r[ax]],
+                                         [p["dpjax_s"] for p in r[ax]]), 2)
+                         for ax in ("reps", "n")})
+        return 0
     results = {"tag": tag, "command": "python benchmarks/run.py " + " ".join(argv or sys.argv[1:]),
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "machine": machine(), "load_before": load(), "quick": a.quick,
