@@ -424,7 +424,7 @@ def run_family(family: Family, args) -> dict:
                                 *(["--reps", str(args.reps)] if args.reps else []),
                                 *(["--skip-numpy"] if args.skip_numpy else [])], args.device)
     if not args.no_e2e:
-        res["e2e"] = part_e2e(family, size, args.rounds, not args.quick,
+        res["e2e"] = part_e2e(family, size, args.e2e_rounds or args.rounds, not args.quick,
                               args.skip_numpy or args.skip_numpy_e2e)
     return res
 
@@ -531,6 +531,18 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def merge(runs: list[dict]) -> dict:
+    """Several runs of the harness as one (families in order; commands, dates and loads
+    joined)."""
+    out = dict(runs[0])
+    out["families"] = {k: v for r in runs for k, v in r["families"].items()}
+    for key in ("command", "date", "tag"):
+        out[key] = " ; ".join(dict.fromkeys(str(r[key]) for r in runs))
+    out["load_before"] = [r["load_before"] for r in runs]
+    out["load_after"] = [r.get("load_after") for r in runs]
+    return out
+
+
 def write_readme_table(results: dict, readme: Path) -> None:
     start, end = "<!-- harness-table:start -->", "<!-- harness-table:end -->"
     m = results["machine"]
@@ -559,6 +571,8 @@ def main(argv=None) -> int:
     p.add_argument("--family", action="append", choices=sorted(FAMILIES), default=[])
     p.add_argument("--part", choices=["kernel"], help=argparse.SUPPRESS)
     p.add_argument("--rounds", type=int, default=None, help="paired rounds (3; quick: 1)")
+    p.add_argument("--e2e-rounds", type=int, default=None,
+                   help="paired rounds of the whole-process timings (default: --rounds)")
     p.add_argument("--reps", type=int, default=None, help="override every family's reps")
     p.add_argument("--n", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--scaling", action="store_true",
@@ -572,9 +586,16 @@ def main(argv=None) -> int:
     p.add_argument("--tag", default=None)
     p.add_argument("--out", default=None, help="JSON file (default results/TAG.json)")
     p.add_argument("--readme", action="store_true", help="write the table into README.md")
+    p.add_argument("--table-from", nargs="+", default=None, metavar="JSON",
+                   help="write README.md's table from these result files (merged)")
     a = p.parse_args(argv)
     if a.rounds is None:
         a.rounds = 1 if a.quick else 3
+    if a.table_from:
+        merged = merge([json.loads(Path(f).read_text()) for f in a.table_from])
+        write_readme_table(merged, ROOT / "benchmarks" / "README.md")
+        print(table(merged))
+        return 0
     if a.device == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
     if a.part == "kernel":
@@ -605,7 +626,7 @@ def main(argv=None) -> int:
     results = {"tag": tag, "command": "python benchmarks/run.py " + " ".join(argv or sys.argv[1:]),
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "machine": machine(), "load_before": load(), "quick": a.quick,
-               "rounds": a.rounds, "families": {}}
+               "rounds": a.rounds, "e2e_rounds": a.e2e_rounds or a.rounds, "families": {}}
     for name in names:
         print(f"[{tag}] {name} ...", file=sys.stderr, flush=True)
         results["families"][name] = run_family(FAMILIES[name], a)
