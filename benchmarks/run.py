@@ -627,13 +627,13 @@ def main(argv=None) -> int:
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "machine": machine(), "load_before": load(), "quick": a.quick,
                "rounds": a.rounds, "e2e_rounds": a.e2e_rounds or a.rounds, "families": {}}
+    out = Path(a.out) if a.out else ROOT / "benchmarks" / "results" / f"{tag}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     for name in names:
         print(f"[{tag}] {name} ...", file=sys.stderr, flush=True)
         results["families"][name] = run_family(FAMILIES[name], a)
-    results["load_after"] = load()
-    out = Path(a.out) if a.out else ROOT / "benchmarks" / "results" / f"{tag}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+        results["load_after"] = load()
+        out.write_text(json.dumps(results, indent=2) + "\n")  # after every family
     print(table(results))
     if a.readme:
         write_readme_table(results, ROOT / "benchmarks" / "README.md")
