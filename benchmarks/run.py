@@ -496,7 +496,7 @@ def plot_scaling(results: dict, path: Path) -> None:
 
 
 def _spawn(argv: list[str], device: str) -> dict:
-    env = dict(os.environ)
+    env = dict(os.environ)  # (carries --numpy-threads' variables, set in main)
     if device == "cpu":
         env["JAX_PLATFORMS"] = "cpu"
     out = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True,
@@ -591,6 +591,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-e2e", action="store_true", help="skip the whole-process timings")
     p.add_argument("--skip-numpy", action="store_true", help="dpjax only (e.g. on a GPU)")
     p.add_argument("--skip-numpy-e2e", action="store_true")
+    p.add_argument("--numpy-threads", type=int, default=None,
+                   help="BLAS threads of the NumPy baselines (OPENBLAS/OMP/MKL_NUM_THREADS); "
+                   "default: NumPy's own (all cores). 1 avoids BLAS spin-waiting on a loaded host")
     p.add_argument("--tag", default=None)
     p.add_argument("--out", default=None, help="JSON file (default results/TAG.json)")
     p.add_argument("--readme", action="store_true", help="write the table into README.md")
@@ -606,6 +609,9 @@ def main(argv=None) -> int:
         return 0
     if a.device == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
+    if a.numpy_threads:  # before NumPy's BLAS starts (parts and scripts are new processes)
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(a.numpy_threads)
     if a.part == "kernel":
         fam = FAMILIES[a.family[0]]
         size = fam.at(fam.quick if a.quick else fam.full, a.reps, a.n)
@@ -634,7 +640,8 @@ def main(argv=None) -> int:
     results = {"tag": tag, "command": "python benchmarks/run.py " + " ".join(argv or sys.argv[1:]),
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "machine": machine(), "load_before": load(), "quick": a.quick,
-               "rounds": a.rounds, "e2e_rounds": a.e2e_rounds or a.rounds, "families": {}}
+               "rounds": a.rounds, "e2e_rounds": a.e2e_rounds or a.rounds,
+               "numpy_threads": a.numpy_threads, "families": {}}
     out = Path(a.out) if a.out else ROOT / "benchmarks" / "results" / f"{tag}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in names:
