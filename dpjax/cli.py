@@ -90,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
                      help="override a configuration value (repeatable; 'dpjax run NAME "
                      "--help' lists the settings of NAME)")
     run.add_argument("--chunk-size", type=int, default=None,
-                     help="repetitions per compiled call (default: fit a 2 GB budget)")
+                     help="repetitions per compiled call (default: as many as fit the memory "
+                     "budget)")
+    run.add_argument("--memory-budget", type=float, default=2.0, metavar="GB",
+                     help="memory budget of one chunk of repetitions, in GB (default 2); "
+                     "ignored with --chunk-size")
     run.add_argument("--quick", action="store_true", help="a reduced run (under a minute)")
     run.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto",
                      help="generate each batch inside the scan ('stream') or all data first")
@@ -134,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             reg[args.name], args.out, reps=args.reps, seed=args.seed,
             overrides=_parse_set(args.set), chunk_size=args.chunk_size, quick=args.quick,
             progress=not args.no_progress, data_mode=args.data_mode,
+            memory_budget_gb=args.memory_budget,
         )
     except ConfigError as exc:
         print(f"dpjax: error: {exc}", file=sys.stderr)

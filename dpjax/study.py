@@ -217,6 +217,8 @@ def run_experiment(
         progress: show a progress bar on stderr.
         data_mode: ``"auto"`` (stream batches inside the scan where the estimator allows it),
             ``"materialize"`` or ``"stream"``.
+        memory_budget_gb: the memory budget of one chunk (``--memory-budget``): without
+            ``chunk_size``, each setting runs in chunks of as many repetitions as fit it.
         num_devices: devices to shard repetitions over (default: all local devices).
     """
     config = resolve_config(experiment, overrides, quick)
@@ -225,6 +227,8 @@ def run_experiment(
         raise ConfigError(f"--reps must be >= 1; got {reps}")
     if chunk_size is not None and chunk_size < 1:
         raise ConfigError(f"--chunk-size must be >= 1; got {chunk_size}")
+    if not memory_budget_gb > 0:
+        raise ConfigError(f"--memory-budget must be > 0 (GB); got {memory_budget_gb}")
     out = Path(out_dir)
     _check_out_dir(out)
     rows, iter_rows, by, setting_meta, fp, traces = _run_settings(

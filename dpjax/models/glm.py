@@ -63,6 +63,7 @@ from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpjax import _validate
 from dpjax.mechanisms import BoundedStatistic, clip_l2, clip_linf, sanitize
@@ -197,7 +198,7 @@ class GLM:
         if self.design == "grid8":
             if d % 4:
                 raise ValueError(f"design='grid8' needs d divisible by 4; got d = {d}")
-            words = jax.random.bits(key_x, (n, d // 4), dtype=jnp.uint32)
+            words = random_words(key_x, (n, d // 4))
             x = jax.lax.bitcast_convert_type(words, jnp.uint8).reshape(n, d)
         else:
             x = jax.random.uniform(key_x, (n, d), beta.dtype, minval=-1.0, maxval=1.0)
@@ -360,3 +361,54 @@ def sparse_sphere_beta(key: jax.Array, d: int, s: int, dtype=jnp.float32) -> jax
     _validate.check_int_in_range(s, "s", 1, d)
     return jnp.concatenate([sphere_beta(key, s, dtype), jnp.zeros((d - s,), dtype)])
 
+
+# --------------------------------------------------------------------------------------------
+# Random words for the 8-bit design, bit for bit those of jax.random.bits
+# --------------------------------------------------------------------------------------------
+
+
+def _rotl(x: jax.Array, r: int) -> jax.Array:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _threefry2x32(k1: jax.Array, k2: jax.Array, x0: jax.Array, x1: jax.Array):
+    """The Threefry-2x32 hash (20 rounds), unrolled: the same function as JAX's
+    ``threefry2x32`` primitive, written as one elementwise expression."""
+    ks = (k1, k2, k1 ^ k2 ^ np.uint32(0x1BD11BDA))
+    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for i in range(5):
+        for r in rotations[i % 2]:
+            x0 = x0 + x1
+            x1 = x0 ^ _rotl(x1, r)
+        x0 = x0 + ks[(i + 1) % 3]
+        x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def _fast_words_apply(key: jax.Array) -> bool:
+    """Whether :func:`random_words` may compute the words itself: a threefry key under JAX's
+    (default) partitionable threefry, whose ``bits`` hash each element's flat index."""
+    if not jax.config.jax_threefry_partitionable:
+        return False
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):  # raw uint32 keys: JAX's own path
+        return False
+    return "threefry" in str(jax.random.key_impl(key))
+
+
+def random_words(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """``jax.random.bits(key, shape, uint32)``, bit for bit, about 6x faster on CPU.
+
+    JAX lowers its threefry primitive on CPU to a rolled loop whose every round writes the whole
+    array to memory; here the same hash of each element's flat index (partitionable threefry:
+    word ``i`` is ``a ^ b`` for ``(a, b) = threefry2x32(key, (0, i))``) is one fused elementwise
+    expression. Falls back to ``jax.random.bits`` for other key implementations, the
+    non-partitionable threefry or ``2^32`` elements and more (tests check the equality).
+    """
+    size = math.prod(shape)
+    if size >= 2**32 or not _fast_words_apply(key):
+        return jax.random.bits(key, shape, dtype=jnp.uint32)
+    k1, k2 = jax.random.key_data(key)
+    counts = jax.lax.iota(jnp.uint32, size).reshape(shape)
+    a, b = _threefry2x32(k1, k2, jnp.zeros_like(counts), counts)
+    return a ^ b

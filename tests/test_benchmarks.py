@@ -1,0 +1,60 @@
+"""The benchmark harness (benchmarks/run.py) at tiny size, and the honesty of its baselines:
+each plain-NumPy baseline computes the same estimate as dpjax at epsilon = inf on the same data
+set (the timings compare the same algorithm), and the harness runs end to end in quick mode."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import run  # noqa: E402
+
+
+@pytest.mark.parametrize("family", sorted(run.FAMILIES))
+def test_numpy_baseline_agrees_with_dpjax_at_eps_inf(family):
+    a = run.agreement(family)
+    # float32 (dpjax) against float64 (NumPy) on the same float32 data, over 8..20 iterations
+    assert a["max_abs_diff"] <= 2e-5 * max(a["scale"], 1.0), a
+    assert a["scale"] > 0.1  # a non-trivial estimate, not two zero vectors
+    assert a["same_support"]
+
+
+def test_agreement_detects_a_different_algorithm(monkeypatch):
+    """The check has power: a baseline with another step size disagrees."""
+    np_mod = run._numpy("numpy_glm_gd")
+    orig = np_mod.estimate
+    monkeypatch.setattr(np_mod, "estimate", lambda *a, **k: orig(*a, **k, eta=0.9))
+    a = run.agreement("glm_gd")
+    assert a["max_abs_diff"] > 1e-3
+
+
+def test_harness_quick_inline(tmp_path):
+    out = tmp_path / "q.json"
+    assert run.main(["--quick", "--family", "em_ld", "--inline", "--no-e2e",
+                     "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    k = res["families"]["em_ld"]["kernel"]
+    assert k["reps"] == 4 and k["levels"] == 4  # 3 levels of Alg 4 + gradient EM
+    assert k["dpjax_s"] > 0 and k["numpy_s"] > 0 and k["speedup"] > 0
+    assert k["compile_s"] >= 0 and k["dpjax_peak_rss_mb"] > 0
+    assert res["machine"]["cpu_count"] >= 1 and len(res["load_before"]) == 3
+    assert "em_ld" in run.table(res)
+
+
+def test_readme_table_is_replaced_between_markers(tmp_path):
+    res = {"machine": {"cpu_model": "x", "cpu_count": 2}, "command": "c", "tag": "t",
+           "date": "d", "load_before": [1, 1, 1], "load_after": [2, 2, 2],
+           "families": {"f": {"kernel": {"reps": 1, "levels": 2, "dpjax_s": 1.0,
+                                         "compile_s": 0.5}, "agreement": {
+               "max_abs_diff": 0.0, "scale": 1.0}}}}
+    readme = tmp_path / "README.md"
+    readme.write_text("# B\n\ntext\n")
+    run.write_readme_table(res, readme)
+    run.write_readme_table(res, readme)
+    text = readme.read_text()
+    assert text.count("harness-table:start") == 1 and text.startswith("# B\n\ntext\n")
+    assert "| f | 1 x 2 | 1.00 s |" in text

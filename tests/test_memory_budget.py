@@ -1,0 +1,32 @@
+"""`dpjax run --memory-budget GB`: the chunk size of every setting follows the budget (results
+unchanged: keys do not depend on chunking); a non-positive budget is a clear error."""
+
+import json
+
+from dpjax import cli, results
+
+SMALL = ["--set", "n_grid=800", "--set", "s_grid=3", "--set", "eps_grid=0.5", "--set",
+         "n_base=800", "--set", "s_base=3", "--set", "large_n=", "--set", "d=40"]
+
+
+def _run(out, *extra):
+    args = ["run", "em_fig1", "--out", str(out), "--quick", "--reps", "3", "--no-progress"]
+    assert cli.main(args + SMALL + list(extra)) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    return [s["chunk_size"] for s in cfg["settings"]], results.read_csv(out / "summary.csv")
+
+
+def test_memory_budget_sets_the_chunk_size(tmp_path):
+    chunks_default, summary_default = _run(tmp_path / "a")
+    chunks_tiny, summary_tiny = _run(tmp_path / "b", "--memory-budget", "1e-6")
+    assert chunks_default == [3] * len(chunks_default)  # 2 GB: all repetitions in one chunk
+    assert chunks_tiny == [1] * len(chunks_tiny)  # a byte budget: one repetition per chunk
+    assert summary_tiny == summary_default
+
+
+def test_non_positive_memory_budget_is_an_error(tmp_path, capsys):
+    args = ["run", "em_fig1", "--out", str(tmp_path / "c"), "--quick", "--reps", "1",
+            "--no-progress", "--memory-budget", "0"]
+    assert cli.main(args + SMALL) == 2
+    assert "--memory-budget must be > 0" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
