@@ -453,7 +453,8 @@ class PublicInfo(NamedTuple):
 
 @functools.cache
 def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
-                per_user: bool = False) -> Estimator:
+                per_user: bool = False,
+                batching: Literal["full", "disjoint"] = "full") -> Estimator:
     """Algorithm 3 (spec §2.3): private ``x_bar y_bar + N_2``, public ``Sigma_pub = X_pub^T
     X_pub / m`` (not clipped), output ``S_lambda(Sigma_pub^{-1} Sigma_hat_xy)``.
 
@@ -462,12 +463,17 @@ def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
             (default, budget (eps, delta)) or ``"alg1-copy"`` ((eps/2, delta/2), Algorithm 1's
             variance; conservative).
         per_user: exact per-user noise instead of the aggregate draw (same law).
+        batching: ``"full"`` (default; the data set as given) or ``"disjoint"`` (one step whose
+            batch is the whole data set, for the sweep engine's streamed data: a study's
+            ``simulate`` then returns ``(x, y, x_pub)`` with ``m != n`` rows).
 
-    Data: ``(x (n, d), y (n,), x_pub (m, d))``; one step, full batching. Privacy:
+    Data: ``(x (n, d), y (n,), x_pub (m, d))``; one step. Privacy:
     (eps, delta)-LDP per user (or (eps/2, delta/2) with ``"alg1-copy"``), local relation.
     """
     if release not in ("full", "alg1-copy"):
         raise ValueError(f"release must be 'full' or 'alg1-copy'; got {release!r}")
+    if batching not in ("full", "disjoint"):
+        raise ValueError(f"batching must be 'full' or 'disjoint'; got {batching!r}")
     name = "ldp-public" + ("/alg1-copy" if release == "alg1-copy" else "") + (
         "/per-user" if per_user else "")
     share = 1.0 if release == "full" else 0.5
@@ -508,7 +514,7 @@ def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
         return Ledger.build(name, [rel], "basic", relation="local",
                             requested=ApproxDP(eps, delta), notes=notes)
 
-    return Estimator(name, init, step, num_steps=1, batching="full", ledger=ledger)
+    return Estimator(name, init, step, num_steps=1, batching=batching, ledger=ledger)
 
 
 # --------------------------------------------------------------------------------------------
