@@ -100,32 +100,32 @@ def _curve(summary, eps: float, thresholded: bool):
 
 
 def slopes(summary, c) -> list[dict]:
-    """Log-log slopes of the mean error against n (per epsilon and lambda rule, over the n
-    with no indefinite covariance and the mean error below ||theta*||/2) and against epsilon
-    (at the largest n, lambda = 0)."""
-    norm = float(np.linalg.norm(_theta(c)))
+    """Log-log slopes of the mean error: against n per epsilon and lambda rule (over every n
+    whose repetitions all had a positive definite noisy covariance, and over the three largest
+    such n), and against epsilon at each n (lambda = 0; the theory: -1/2 and -1)."""
     out = []
     for eps in c["eps_grid"]:
         for thr in (True, False):
-            rows = [r for r in _curve(summary, eps, thr)
-                    if r["indefinite_mean"] == 0 and r["mean"] < norm / 2]
-            if len(rows) >= 2:
-                s, lo, hi = fit_slope([r["n"] for r in rows], [r["mean"] for r in rows],
-                                      [r["se"] for r in rows])
-                out.append({"against": "n", "epsilon": eps,
-                            "lambda": "noise rule" if thr else "0 (Remark 3)",
-                            "points": len(rows), "slope": s, "ci_low": lo, "ci_high": hi,
-                            "theory": -0.5})
-    n_max = max(r["n"] for r in summary)
-    rows = [r for r in summary if r["n"] == n_max and r["lam"] == 0 and math.isfinite(
-        r["epsilon"]) and r["indefinite_mean"] == 0]
-    if len(rows) >= 2:
-        rows.sort(key=lambda r: r["epsilon"])
-        s, lo, hi = fit_slope([r["epsilon"] for r in rows], [r["mean"] for r in rows],
-                              [r["se"] for r in rows])
-        out.append({"against": "epsilon", "epsilon": math.nan, "lambda": "0 (Remark 3)",
-                    "points": len(rows), "slope": s, "ci_low": lo, "ci_high": hi,
-                    "theory": -1.0})
+            rows = [r for r in _curve(summary, eps, thr) if r["indefinite_mean"] == 0]
+            for subset, name in ((rows, "all n"), (rows[-3:], "3 largest n")):
+                if len(subset) >= 2 and not (name != "all n" and len(rows) <= 3):
+                    s, lo, hi = fit_slope([r["n"] for r in subset],
+                                          [r["mean"] for r in subset],
+                                          [r["se"] for r in subset])
+                    out.append({"against": f"n ({name})", "epsilon": eps, "n": math.nan,
+                                "lambda": "noise rule" if thr else "0 (Remark 3)",
+                                "points": len(subset), "slope": s, "ci_low": lo,
+                                "ci_high": hi, "theory": -0.5})
+    for n in sorted({r["n"] for r in summary}):
+        rows = sorted([r for r in summary if r["n"] == n and r["lam"] == 0
+                       and math.isfinite(r["epsilon"]) and r["indefinite_mean"] == 0],
+                      key=lambda r: r["epsilon"])
+        if len(rows) >= 2:
+            s, lo, hi = fit_slope([r["epsilon"] for r in rows], [r["mean"] for r in rows],
+                                  [r["se"] for r in rows])
+            out.append({"against": "epsilon", "epsilon": math.nan, "n": n,
+                        "lambda": "0 (Remark 3)", "points": len(rows), "slope": s,
+                        "ci_low": lo, "ci_high": hi, "theory": -1.0})
     return out
 
 
