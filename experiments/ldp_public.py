@@ -52,8 +52,8 @@ record_alg1 = record_nldp  # both states carry beta and min_eig (Alg 3: of the p
 class PublicConfig(Config):
     d_grid: tuple[int, ...] = param((2, 4, 8), ge=2, le=64, doc="dimensions")
     k: int = param(2, ge=1, doc="sparsity of theta* (entries 1/k)")
-    n: int = param(10_000_000, ge=1000, doc="private users")
-    m: int = param(2_000_000, ge=10, doc="public unlabeled covariates")
+    n: int = param(3_000_000, ge=1000, doc="private users")
+    m: int = param(1_000_000, ge=10, doc="public unlabeled covariates")
     epsilon: float = param(1.0, gt=0, le=2, doc="each user's epsilon")
     delta: float = param(1e-5, gt=0, lt=1, doc="each user's delta")
     c_r: float = param(0.3, gt=0, doc="Alg 1: r = c_r sqrt(d log n)")

@@ -46,7 +46,7 @@ VARIANTS = ("rectified", "wang_xu_2021_literal")
 class WangXuConfig(Config):
     d: int = param(20, ge=2, le=256, doc="dimension")
     k: int = param(2, ge=1, doc="sparsity of theta* (entries 1/k)")
-    n_grid: tuple[int, ...] = param((200_000, 1_000_000, 5_000_000), ge=1000,
+    n_grid: tuple[int, ...] = param((100_000, 300_000, 1_000_000), ge=1000,
                                     doc="numbers of users")
     eps_grid: tuple[float, ...] = param((0.5, 1.0, 2.0, math.inf), gt=0, allow_inf=True,
                                         doc="each user's epsilon (inf: identity randomizer)")
