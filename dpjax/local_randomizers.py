@@ -674,3 +674,92 @@ def ldp_iht_radius(
             f"variant must be 'rectified' or 'wang_xu_2021_literal'; got {variant!r}"
         )
     return math.sqrt(d) * tau1 * (inner + tau2)
+
+
+# --------------------------------------------------------------------------------------------
+# Mechanisms with privacy events for the estimators of spec 001 (dpjax.algorithms.ldp_sparse)
+# --------------------------------------------------------------------------------------------
+
+__all__ += ["l2_ball_mechanism", "local_gaussian_aggregate", "randomizer_event"]
+
+
+def randomizer_event(radius: Any, epsilon: Any) -> PrivacyEvent:
+    r"""The privacy event of one user's :func:`l2_ball_randomizer` report.
+
+    ``R_eps^r`` is pure eps-LDP for every pair of inputs (its output density on the sphere of
+    radius ``B`` takes two values whose ratio is ``e^eps``), whatever the radius. The event
+    records the kind ``"ldp-randomizer"`` with ``sensitivity = true_sensitivity = r`` (inputs
+    are projected onto the radius-``r`` ball, so every input is admissible) and
+    ``scale = r / epsilon``; the ledger's inversion ``epsilon = true * 1 / scale`` gives back
+    exactly ``epsilon``. ``epsilon = inf`` (the identity): scale 0, no guarantee.
+    """
+    r = jnp.asarray(radius)
+    eps = jnp.asarray(epsilon)
+    scale = jnp.where(jnp.isinf(eps), jnp.zeros_like(r * eps), r / eps)
+    stat = BoundedStatistic(jnp.zeros(()), r, "l2", "local")
+    return _event("ldp-randomizer", stat, scale)
+
+
+def l2_ball_mechanism(
+    key: jax.Array, stat: BoundedStatistic, epsilon: Any
+) -> tuple[jax.Array, PrivacyEvent]:
+    """One user's :func:`l2_ball_randomizer` report with its :class:`PrivacyEvent`.
+
+    Args:
+        key: PRNG key for this user.
+        stat: ``BoundedStatistic(x (p,), r, "l2", "local")``: the user's vector and the
+            randomizer radius (the bound under which the report is unbiased).
+        epsilon: in ``(0, inf]``.
+
+    Returns:
+        ``(report, event)``; the event is :func:`randomizer_event` (eps-LDP, local relation).
+    """
+    _require_local_l2(stat, "l2_ball_mechanism")
+    out = l2_ball_randomizer(key, stat.value, stat.sensitivity, epsilon)
+    return out.value, randomizer_event(stat.sensitivity, epsilon)
+
+
+def local_gaussian_aggregate(
+    key: jax.Array,
+    mean: BoundedStatistic,
+    n: int,
+    epsilon: Any,
+    delta: Any,
+    *,
+    symmetric: bool = False,
+    log_constant: float = 1.25,
+) -> GaussianMeanRelease:
+    r"""The aggregate shortcut of :func:`local_gaussian_mean` from the users' average itself.
+
+    ``mean.value`` is ``(1/n) sum_i s(x_i)`` (computed by the caller without materialising the
+    per-user rows, e.g. ``X^T X / n``) and ``mean.sensitivity`` is the range of **one user's**
+    ``s(x_i)`` (relation ``"local"``). The release is ``mean + (sigma/sqrt n) G`` with
+    ``sigma`` calibrated exactly as each user's report (:func:`local_gaussian_sigma` or
+    :func:`symmetric_gaussian_sigma`), which has the law of the average of ``n`` per-user
+    reports. Memory ``O(size)``.
+
+    Args:
+        key: PRNG key.
+        mean: ``BoundedStatistic(average, one user's range, "l2", "local")``.
+        n: the public number of users averaged (static int ``>= 1``).
+        epsilon, delta: each user's budget.
+        symmetric: the average is a symmetric ``(d, d)`` matrix with mirrored noise.
+        log_constant: ``c`` of the classic calibration.
+
+    Returns:
+        :class:`GaussianMeanRelease`; its event is one user's release.
+    """
+    _require_local_l2(mean, "local_gaussian_aggregate")
+    value = jnp.asarray(mean.value)
+    calibrate = symmetric_gaussian_sigma if symmetric else local_gaussian_sigma
+    sigma = jnp.asarray(calibrate(mean.sensitivity, epsilon, delta, log_constant), value.dtype)
+    sigma_mean = jnp.asarray(aggregate_sigma(sigma, n), value.dtype)
+    if symmetric:
+        if value.ndim != 2 or value.shape[0] != value.shape[1]:
+            raise ValueError(f"symmetric=True needs a (d, d) average; got {value.shape}")
+        noisy = _mirror_upper(value) + symmetric_gaussian_noise(key, value.shape[0], sigma_mean,
+                                                                value.dtype)
+    else:
+        noisy = value + jax.random.normal(key, value.shape, dtype=value.dtype) * sigma_mean
+    return GaussianMeanRelease(noisy, sigma, sigma_mean,
+                               _local_event(mean, sigma, delta, log_constant))

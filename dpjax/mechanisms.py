@@ -171,9 +171,9 @@ jax.tree_util.register_dataclass(
 # --------------------------------------------------------------------------------------------
 
 MechanismKind = Literal["laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht",
-                        "discrete-laplace", "discrete-gaussian", "none"]
+                        "discrete-laplace", "discrete-gaussian", "ldp-randomizer", "none"]
 KINDS: tuple[str, ...] = ("laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht",
-                          "discrete-laplace", "discrete-gaussian", "none")
+                          "discrete-laplace", "discrete-gaussian", "ldp-randomizer", "none")
 # kinds accounted in rho-zCDP, rho = (true_sensitivity / scale)^2 / 2 (Bun & Steinke 2016;
 # Canonne, Kamath & Steinke 2020 for the discrete Gaussian on integer queries)
 ZCDP_KINDS: tuple[str, ...] = ("gaussian-zcdp", "discrete-gaussian")
@@ -192,8 +192,10 @@ class PrivacyEvent:
             (epsilon, delta) by the classic bound), ``"gaussian-zcdp"`` (calibrated for
             rho-zCDP), ``"noisy-ht"`` (peeling), ``"discrete-laplace"`` /
             ``"discrete-gaussian"`` (integer noise on a public grid,
-            :mod:`dpjax.discrete_noise`; sensitivity in grid units), or ``"none"`` (a
-            non-private release).
+            :mod:`dpjax.discrete_noise`; sensitivity in grid units), ``"ldp-randomizer"``
+            (the l2-ball randomizer of :mod:`dpjax.local_randomizers`: pure epsilon-LDP for
+            every input, recorded as sensitivity = its radius and scale = radius / epsilon),
+            or ``"none"`` (a non-private release).
         sensitivity: the declared sensitivity the noise was calibrated from.
         scale: the noise scale drawn (Laplace ``b``, Gaussian ``sigma``); 0 means no noise.
         true_sensitivity: the statistic's actual bound (``inf``: unbounded); the delivered
@@ -392,7 +394,7 @@ def epsilon_constant(kind: str, delta: Any = 0.0, s: int = 1, log_constant: floa
     * ``"noisy-ht"``: ``K = 2 sqrt(3 s log(1 / delta))`` (Dwork, Su & Zhang 2018; spec 000
       Alg 1, spec 003 Alg 3).
     """
-    if kind in ("laplace", "discrete-laplace"):
+    if kind in ("laplace", "discrete-laplace", "ldp-randomizer"):  # pure epsilon-DP kinds
         return 1.0
     xp = _xp(delta)
     if kind == "gaussian-classic":
