@@ -340,6 +340,75 @@ def _psi_kernel(x: jax.Array, s: jax.Array, beta: jax.Array) -> jax.Array:
     return jnp.where(is_nan, jnp.zeros_like(out), out)
 
 
+# Records whose score goes through the full kernel: one first pass over n / _FIRST_SHARE of
+# them (usually enough: only outliers need it), then passes of n / _LOOP_SHARE until none is
+# left (small truncation scales, where most records do).
+_FIRST_SHARE = 64
+_LOOP_SHARE = 4
+
+
+def _polynomial_only(x: jax.Array, s: jax.Array, beta: jax.Array) -> tuple[jax.Array, ...]:
+    """``(value, mask)``: where ``mask``, :func:`_psi_kernel` reduces *exactly* to the clamped
+    polynomial ``s a (1 - a^2 (1/6 + 1/(2 beta)))`` (finite ``x`` and ``s``, ``|a| <= a_sw``,
+    and both truncation points more than ``_TAIL_SDS`` standard deviations away) or, for
+    ``s = inf``, to the identity; and that value, computed with the kernel's own expressions."""
+    sqrt_beta = jnp.sqrt(beta)
+    s_ok = jnp.isfinite(s)
+    s_f = jnp.where(s_ok, s, jnp.ones_like(s))
+    a = x / s_f
+    abs_a = jnp.abs(a)
+    c3 = 1.0 / 6.0 + 0.5 / beta + 1.0 / (6.0 * beta * sqrt_beta)
+    nearer = sqrt_beta * (_SQRT2 / abs_a - 1.0)
+    poly_ok = (jnp.isfinite(x) & s_ok & (abs_a <= jnp.cbrt(_CANCELLATION_MAX / c3))
+               & (nearer > _TAIL_SDS))
+    a_in = jnp.where(poly_ok, a, jnp.zeros_like(a))
+    poly = a_in * (1.0 - a_in * a_in * (1.0 / 6.0 + 0.5 / beta))
+    bound = psi_bound(s_f)
+    # s = inf: no truncation, psi(x) = x (NaN scores 0), exactly as in the kernel
+    value = jnp.where(s_ok, jnp.clip(s_f * poly, -bound, bound),
+                      jnp.where(jnp.isnan(x), jnp.zeros_like(x), x))
+    return value, poly_ok | ~s_ok
+
+
+@jax.custom_jvp
+def _psi_scores(x: jax.Array, s: jax.Array, beta: jax.Array) -> jax.Array:
+    """:func:`psi` of a 1-D ``x``, the same values, at a fraction of the cost when few records
+    need the tail branches: the cheap records take the polynomial, the others are gathered
+    through the full kernel (a loop that ends when none is left, so every input gets its
+    score whatever their number; equal to :func:`psi` up to float rounding of fused
+    operations, ~1 ulp of ``s``). Differentiable: the derivative is the full kernel's."""
+    size = x.shape[0]
+    cheap_value, cheap = _polynomial_only(x, s, beta)
+
+    def full_pass(carry, cap):
+        out, todo = carry
+        (idx,) = jnp.nonzero(todo, size=cap, fill_value=size)  # size: out of range, dropped
+        valid = jnp.arange(cap) < jnp.sum(todo)
+        full = _psi_kernel(x.at[idx].get(mode="clip"), s, beta)
+        out = out.at[jnp.where(valid, idx, size)].set(full, mode="drop")
+        return out, todo.at[idx].set(False, mode="drop")
+
+    carry = full_pass((cheap_value, ~cheap), max(1, -(-size // _FIRST_SHARE)))
+    loop_cap = max(1, -(-size // _LOOP_SHARE))
+    out, _ = jax.lax.while_loop(lambda c: jnp.any(c[1]), lambda c: full_pass(c, loop_cap),
+                                carry)
+    return out
+
+
+@_psi_scores.defjvp
+def _psi_scores_jvp(primals, tangents):
+    return jax.jvp(_psi_kernel, primals, tangents)
+
+
+@jax.jit
+def _psi_columns(x: jax.Array, s: jax.Array, beta: jax.Array) -> jax.Array:
+    """:func:`psi` of ``(n,)`` or ``(n, d)`` records, column by column, with the full kernel
+    only where it is needed (:func:`_psi_scores`)."""
+    if x.ndim == 1:
+        return _psi_scores(x, s, beta)
+    return jax.vmap(_psi_scores, (1, None, None), 1)(x, s, beta)
+
+
 def psi_textbook(x: Any, s: Any, beta_smooth: Any) -> jax.Array:
     r"""The paper's closed form (eq. 12 + App D) for *every* ``x``, with only the guard at 0.
 
@@ -389,7 +458,9 @@ def robust_mean_statistic(x: Any, s: Any, beta_smooth: Any) -> BoundedStatistic:
     x = jnp.asarray(x)
     if x.ndim not in (1, 2) or x.shape[0] < 1:
         raise ValueError(f"x must have shape (n,) or (n, d) with n >= 1; got {x.shape}")
-    scores = psi(x, s, beta_smooth)
+    _check_psi_params(s, beta_smooth)
+    x, s_arr, beta = _as_float_arrays(x, s, beta_smooth)
+    scores = _psi_columns(x, s_arr, beta)
     diameter = 2.0 * psi_bound(jnp.asarray(s, scores.dtype))
     return bounded_mean(scores, diameter, "linf").in_norm("l2")
 

@@ -17,7 +17,12 @@ Algorithm 4 adds ``N(0, sigma_t^2 I_d)`` with ``sigma_t = sqrt(d) 2 eta T sqrt(2
 / (n0 epsilon)`` to every iterate. Comparators: the same algorithm at epsilon = inf (same
 splitting and truncation, zero noise) and standard gradient EM (Balakrishnan et al. 2017: all n
 records in every one of the ``N0`` iterations, no truncation, no noise). The DP gradient EM of
-Wang et al. (2020), the paper's other comparator, is not implemented yet.
+Wang et al. (2020) (arXiv 2010.13520, spec 002), the paper's other comparator, is its
+Algorithm 2 (``dpjax.algorithms.dp_gem``; ``gem_curve``): all n records in each of ``T = N0``
+iterations (the same count as Algorithm 4), coordinate-wise psi-robust gradients with the
+sigma-consistent ``s``, zCDP over the ``d T`` releases converted to (epsilon, delta) exactly,
+``eta = 1`` (its theory), ``tau = ||beta*||_inf^2 + sigma^2``, ``zeta = 0.05``, the same
+``delta = 1/(2n)`` and the same kind of start.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import math
 
 import numpy as np
 
-from dpjax.algorithms import dp_em
+from dpjax.algorithms import dp_em, dp_gem
 from dpjax.config import Config, param
 from dpjax.experiments._common import COLORS, INF, final_rows
 from dpjax.experiments._em_common import BetaError, InitNearTruth, level
@@ -52,6 +57,8 @@ class Fig2Config(Config):
                                     doc="truncation level T = truncation_const sqrt(log n)")
     init_radius: float = param(0.125, ge=0,
                                doc="start at distance init_radius ||beta*|| from beta*")
+    gem_curve: bool = param(True, doc="add Wang et al. (2020)'s DP gradient EM (spec 002 "
+                                      "Alg 2, T = N0, eta = 1)")
 
 
 DEFAULTS = Fig2Config()
@@ -93,7 +100,24 @@ def settings(c):
             levels=(level(INF, n, c["eta"], INF),),
             **common,
         ))
-    return out
+        if c["gem_curve"]:
+            tau = float(np.max(dense_unit_beta(d)) ** 2) + c["sigma"] ** 2
+            gem = {**common, "plan": DataPlan(1, n), "hparams_type": dp_gem.DPGEMHyperparams}
+            out.append(Setting(
+                key=f"dp-gem,n={n},d={d}",
+                columns={"method": "dp-gem", "n": n, "d": d, "s": d, "N0": N0},
+                estimator=dp_gem.dp_gem(model, N0),
+                levels=tuple({**level(e, n, 1.0, 0.0), "tau": tau, "zeta": 0.05, "s": 0.0}
+                             for e in sorted(c["eps_grid"])),
+                **gem,
+            ))
+    if not c["gem_curve"]:
+        return out
+    # every row carries every level column: 0 where a method does not read it (tau, zeta, s
+    # for Algorithm 4 and gradient EM; truncation for the DP gradient EM). The extra keys do
+    # not enter the level ids, so Algorithm 4's draws are unchanged.
+    return [dataclasses.replace(st, levels=tuple({"tau": 0.0, "zeta": 0.0, "s": 0.0, **lv}
+                                                 for lv in st.levels)) for st in out]
 
 
 def _curves(c, fixed):
@@ -103,6 +127,10 @@ def _curves(c, fixed):
                         {"method": "ld-dp-em", "epsilon": INF, **fixed}, "black", "--", "s"))
     curves.append(Curve("gradient EM (Balakrishnan; full data)",
                         {"method": "gradient-em", **fixed}, "tab:gray", ":", "^"))
+    if c["gem_curve"]:
+        curves += [Curve(f"Wang et al. 2020 (DP gradient EM), eps={e:g}",
+                         {"method": "dp-gem", "epsilon": e, **fixed}, COLORS[(i + 3) % 6], "-.",
+                         "v") for i, e in enumerate(sorted(c["eps_grid"]))]
     return curves
 
 

@@ -366,3 +366,190 @@ def test_invalid_inputs_are_rejected():
     with pytest.raises(ValueError, match="clip"):
         G.fit_clipped_gem(0, _data(GaussianMixture(0.5)), GaussianMixture(0.5), epsilon=0.5,
                           delta=1 / N, num_iterations=T, beta0=BETA, clip=math.inf)
+
+
+# -------------------------------------------------------------------------------------------
+# Algorithm 3: DP exact-M-step EM for the Gaussian mixture (spec 002 §2.6)
+# -------------------------------------------------------------------------------------------
+
+
+def _ehp(eps, s=math.nan, tau=2.0, zeta=0.05, delta=1.0 / N):
+    return G.DPEMExactHyperparams(*map(jnp.float32, (eps, delta, tau, zeta, s)))
+
+
+def _exact_step(est, data, beta, hp, key=0):
+    new, info = jax.jit(est.step)(jax.random.key(key), G.GEMState(beta), data, hp)
+    return np.asarray(new.beta, np.float64), info
+
+
+def test_exact_em_sensitivity_on_extreme_neighbours():
+    model = GaussianMixture(0.5)
+    data, beta = _data(model), jnp.asarray(BETA * 0.5)
+    s, _ = G.smoothing_parameters("sigma_consistent", N, D, _ehp(0.5))
+    est = G.dp_exact_em(model, T, "explicit")
+    hp = _ehp(math.inf, s=float(s))
+    g, info = _exact_step(est, data, beta, hp)
+    declared = 4.0 * math.sqrt(2.0) * float(s) / (3.0 * N)
+    for ev in info.events:
+        assert float(ev.sensitivity) == pytest.approx(declared, rel=1e-6)
+        assert float(ev.scale) == 0.0
+    worst = 0.0
+    for other in _extreme_neighbours(model, data):
+        g2, _ = _exact_step(est, other, beta, hp)
+        assert np.isfinite(g2).all()
+        worst = max(worst, float(np.max(np.abs(g2 - g))))
+    assert 0.4 * declared <= worst <= declared * (1 + 1e-3)
+
+
+def test_exact_em_noise_scale_with_power():
+    model = GaussianMixture(0.5)
+    data, beta = _data(model), jnp.asarray(BETA * 0.5)
+    eps, tau, zeta = 0.5, 2.0, 0.05
+    et = _eps_tilde_np(eps, 1.0 / N)
+    s = math.sqrt(N * tau * et) / (2 * math.sqrt(math.log(D / zeta)))
+    sigma = math.sqrt(16 * s**2 * D * T / (9 * N**2 * et**2))
+    g0, _ = _exact_step(G.dp_exact_em(model, T, "explicit"), data, beta, _ehp(math.inf, s=s))
+    step = jax.jit(jax.vmap(G.dp_exact_em(model, T).step, in_axes=(0, None, None, None)))
+    new, info = step(jax.random.split(jax.random.key(5), 600), G.GEMState(beta), data,
+                     _ehp(eps, tau=tau, zeta=zeta))
+    assert float(info.noise_scale[0]) == pytest.approx(sigma, rel=1e-4)
+    assert_scale_with_power(np.asarray(new.beta, np.float64) - g0[None, :], "norm", sigma)
+
+
+def _numpy_exact_em(y, beta0, sigma, iters):
+    y, beta = np.asarray(y, np.float64), np.asarray(beta0, np.float64)
+    out = []
+    for _ in range(iters):
+        beta = (np.tanh(y @ beta / sigma**2)[:, None] * y).mean(axis=0)
+        out.append(beta.copy())
+    return np.array(out)
+
+
+def test_exact_em_eps_inf_is_exact_em_and_sklearn_agrees():
+    from sklearn.mixture import GaussianMixture as SkGMM
+
+    model = GaussianMixture(0.5)
+    data = _data(model, 6, 2000)
+    beta0 = BETA * 0.3
+    r = G.fit_dp_exact_em(0, data, model, epsilon=math.inf, delta=1 / 2000, num_iterations=30,
+                          beta0=beta0, tau=2.0)
+    assert not r.ledger.is_private
+    np.testing.assert_allclose(r.trace, _numpy_exact_em(data.y, beta0, 0.5, 30), rtol=1e-5,
+                               atol=1e-6)
+    # the EM fixed point is the maximum-likelihood estimate of the symmetric mixture: scikit-
+    # learn's unconstrained two-component fit (means free, spherical covariance) lands close
+    sk = SkGMM(2, covariance_type="spherical", random_state=0).fit(np.asarray(data.y))
+    mu = sk.means_[np.argmax(sk.means_ @ BETA)]
+    assert np.linalg.norm(r.estimate - mu) < 0.03
+
+
+def test_exact_em_determinism_recompile_ledger_and_model_check():
+    model = GaussianMixture(0.5)
+    kw = dict(delta=1 / N, num_iterations=T, beta0=BETA * 0.5, tau=2.0)
+    a = G.fit_dp_exact_em(3, _data(model), model, epsilon=0.5, **kw)
+    b = G.fit_dp_exact_em(3, _data(model), model, epsilon=0.5, **kw)
+    c = G.fit_dp_exact_em(4, _data(model), model, epsilon=0.5, **kw)
+    np.testing.assert_array_equal(a.trace, b.trace)
+    assert not np.array_equal(a.trace, c.trace)
+    before = base._fit_run._cache_size()
+    for eps in (0.2, 1.0, math.inf):
+        led = G.fit_dp_exact_em(1, _data(model), model, epsilon=eps, **kw).ledger
+        if math.isfinite(eps):
+            assert led.releases[0].count == D * T
+            assert led.guarantee.rho == pytest.approx(_eps_tilde_np(eps, 1 / N) ** 2, rel=1e-5)
+            assert led.approx_dp.epsilon == pytest.approx(eps, rel=1e-5)
+    assert base._fit_run._cache_size() == before
+    with pytest.raises(ValueError, match="Gaussian mixture only"):
+        G.dp_exact_em(MixtureOfRegressions(0.5), T)
+
+
+# -------------------------------------------------------------------------------------------
+# Sample-split Algorithm 2 (spec 002 A10; not in the paper)
+# -------------------------------------------------------------------------------------------
+
+
+def test_sample_split_eps_inf_is_gradient_em_on_disjoint_batches():
+    model = GaussianMixture(0.5)
+    data = _data(model, 8)
+    beta0 = BETA * 0.3
+    r = G.fit_dp_gem(0, data, model, epsilon=math.inf, delta=1 / N, num_iterations=T,
+                     beta0=beta0, tau=2.0, eta=0.7, sample_split=True)
+    y, n0 = np.asarray(data.y, np.float64), N // T
+    beta, ref = beta0.astype(np.float64), []
+    for t in range(T):
+        yb = y[t * n0:(t + 1) * n0]
+        beta = beta + 0.7 * ((np.tanh(yb @ beta / 0.25)[:, None] * yb).mean(0) - beta)
+        ref.append(beta.copy())
+    np.testing.assert_allclose(r.trace, np.array(ref), rtol=1e-5, atol=1e-6)
+
+
+def test_sample_split_noise_scale_sensitivity_and_ledger():
+    model = GaussianMixture(0.5)
+    data = _data(model, 9)
+    n0, eps, tau, zeta = N // T, 0.5, 2.0, 0.05
+    et = _eps_tilde_np(eps, 1.0 / N)
+    s = math.sqrt(n0 * tau * et) / (2 * math.sqrt(math.log(D / zeta)))  # s' from n0 = n/T
+    sigma = math.sqrt(16 * s**2 * D / (9 * n0**2 * et**2))  # A10: each batch composes over d
+    batch = jax.tree_util.tree_map(lambda x: x[:n0], data)
+    beta = jnp.asarray(BETA * 0.5)
+    est = G.dp_gem(model, T, sample_split=True)
+    noise, info = _noise_samples(est, G.dp_gem(model, T, "explicit", True), batch, beta,
+                                 _hp(eps, tau=tau, zeta=zeta), _hp(math.inf, s=s))
+    assert float(info.s[0]) == pytest.approx(s, rel=1e-4)
+    assert float(info.noise_scale[0]) == pytest.approx(sigma, rel=1e-4)
+    assert float(info.events[0].sensitivity[0]) == pytest.approx(
+        4 * math.sqrt(2) * s / (3 * n0), rel=1e-5)
+    assert_scale_with_power(noise, "norm", sigma)
+    led = G.fit_dp_gem(0, data, model, epsilon=eps, delta=1 / N, num_iterations=T,
+                       beta0=BETA, tau=tau, sample_split=True).ledger
+    assert led.composition == "parallel" and led.releases[0].count == D * T
+    assert led.guarantee.rho == pytest.approx(et**2, rel=1e-5)
+    assert led.approx_dp.epsilon == pytest.approx(eps, rel=1e-5)
+    with pytest.raises(ValueError, match="one record per iteration"):
+        G.fit_dp_gem(0, _data(model, 0, 3), model, epsilon=eps, delta=1 / N, num_iterations=T,
+                     beta0=BETA, tau=tau, sample_split=True)
+
+
+# -------------------------------------------------------------------------------------------
+# Missing covariates: the exact conditional K (spec 002 A4)
+# -------------------------------------------------------------------------------------------
+
+
+def _q_rmc_exact(model, beta, beta_p, rec):
+    x, z, y = rec
+    miss = 1.0 - z
+    u = miss * beta_p
+    m = z * x + (y - beta_p @ (z * x)) / (model.sigma**2 + u @ u) * u
+    K = jnp.diag(miss) + jnp.outer(m, m) - jnp.outer(u, u) / (model.sigma**2 + u @ u)
+    return y * (beta @ m) - 0.5 * beta @ K @ beta
+
+
+def test_rmc_exact_k_gradients_match_autodiff_and_differ_from_printed():
+    model = RegressionMissingCovariates(1.0, 0.3, second_moment="exact_conditional")
+    assert model.name == "rmc-exact-k"
+    data = _data(model, 3, 50)
+    beta = jnp.asarray(BETA * 0.7 + np.array([0.1, -0.2, 0.3], np.float32))
+    auto = jax.vmap(lambda r: jax.grad(_q_rmc_exact, argnums=1)(
+        model, beta, jax.lax.stop_gradient(beta), r))((data.x, data.z, data.y))
+    got = model.per_sample_gradients(beta, data)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(auto), rtol=1e-4, atol=1e-5)
+    printed = RegressionMissingCovariates(1.0, 0.3).per_sample_gradients(beta, data)
+    assert np.max(np.abs(np.asarray(printed) - np.asarray(got))) > 1e-2
+    with pytest.raises(ValueError, match="second_moment"):
+        model.truncated_gradient(beta, data, 2.0)
+    with pytest.raises(ValueError, match="second_moment"):
+        RegressionMissingCovariates(1.0, 0.3, second_moment="nope")
+
+
+@pytest.mark.parametrize("second_moment", ["paper", "exact_conditional"])
+def test_rmc_self_consistency_both_k(second_moment):
+    # spec 002 check 6: E grad q(beta*; beta*) = 0 for both K (Monte Carlo, within 3.5 s.e.)
+    model = RegressionMissingCovariates(1.0, 0.3, second_moment=second_moment)
+    beta = jnp.asarray(np.array([1.0, -0.8, 0.6], np.float32))
+    data = model.simulate(jax.random.key(11), 200_000, beta)
+    g = np.asarray(model.per_sample_gradients(beta, data), np.float64)
+    z = g.mean(0) / (g.std(0, ddof=1) / math.sqrt(g.shape[0]))
+    assert np.max(np.abs(z)) < 3.5
+    # and it has power: away from beta* the mean gradient is far from 0
+    off = np.asarray(model.per_sample_gradients(beta * 0.5, data))
+    assert np.max(np.abs(off.mean(0))) > 20 * np.max(g.std(0) / math.sqrt(g.shape[0]))

@@ -112,7 +112,7 @@ def test_fig2_and_rmc_settings():
     c = resolve_config(registry()["em_fig2"])
     sets = em_fig2.settings(c)
     methods = {s.columns["method"] for s in sets}
-    assert methods == {"ld-dp-em", "gradient-em"}
+    assert methods == {"ld-dp-em", "gradient-em", "dp-gem"}  # dp-gem: Wang et al. 2020
     pairs = {(s.columns["n"], s.columns["d"]) for s in sets}
     assert {(n, 10) for n in (5000, 10000, 15000, 20000, 25000)} <= pairs
     assert {(10000, d) for d in (5, 10, 15, 20, 25)} <= pairs
@@ -135,5 +135,6 @@ def test_fig2_tiny_end_to_end(tmp_path):
                               "eps_grid": "0.5"})
     summary = results.read_csv(tmp_path / "summary.csv")
     assert {(r["method"], r["epsilon"]) for r in summary} == {
-        ("ld-dp-em", 0.5), ("ld-dp-em", math.inf), ("gradient-em", math.inf)}
+        ("ld-dp-em", 0.5), ("ld-dp-em", math.inf), ("gradient-em", math.inf),
+        ("dp-gem", 0.5)}  # dp-gem: the Wang et al. (2020) comparison curve
     assert (tmp_path / "figure.png").stat().st_size > 10_000

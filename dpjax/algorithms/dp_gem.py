@@ -30,6 +30,15 @@ spec 002 A10: the faithful version), for every model of :mod:`dpjax.models` that
   ``explicit``          ``hparams.s``
   ====================  =====================================
 
+  Variants: ``sample_split=True`` (spec 002 A10, **not in the paper**): iteration ``t`` on the
+  ``t``-th of ``T`` disjoint batches of ``n0 = floor(n/T)`` records, ``s`` from ``n0``, and each
+  batch's ``d`` releases with ``rho = eps~^2 / d`` (parallel composition across batches). The
+  missing-covariates model offers both ``K`` of A4 (``second_moment``).
+
+* :func:`dp_exact_em` -- **Algorithm 3** (spec 002 §2.6, Gaussian mixture only): the same
+  coordinate-wise private robust mean, applied to the M-step terms ``f_i = (2 w - 1) y_i``,
+  whose private mean is the next iterate (no step size).
+
 * :func:`clipped_gem` -- **Algorithm 1** (spec 002 §2.4, the DP-SGD-style baseline): per-sample
   gradients clipped in l2 to ``C``, their mean released by the zCDP Gaussian mechanism with
   l2 sensitivity ``2 C / n`` and budget ``eps~^2 / T`` per iteration (spec 002's recommended
@@ -47,6 +56,7 @@ EM of Balakrishnan et al. (2017) on the full data.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -70,14 +80,17 @@ from dpjax.robust_mean import robust_mean_statistic
 
 __all__ = [
     "ClippedGEMHyperparams",
+    "DPEMExactHyperparams",
     "DPGEMHyperparams",
     "GEMInfo",
     "GEMState",
     "S_RULES",
     "clipped_gem",
+    "dp_exact_em",
     "dp_gem",
     "eps_tilde",
     "fit_clipped_gem",
+    "fit_dp_exact_em",
     "fit_dp_gem",
     "smoothing_parameters",
 ]
@@ -94,6 +107,16 @@ class DPGEMHyperparams(NamedTuple):
     eta: jax.Array  # () step size
     tau: jax.Array  # () public bound on the per-coordinate second moment of grad q_i
     zeta: jax.Array  # () failure probability (sets beta_s and, for some rules, s)
+    s: jax.Array  # () truncation scale; read only with s_rule="explicit" (else NaN)
+
+
+class DPEMExactHyperparams(NamedTuple):
+    """Swept hyperparameters of Algorithm 3 (no step size: the private M-step is the iterate)."""
+
+    epsilon: jax.Array  # () budget of the whole run; inf: non-private (no noise, s = inf)
+    delta: jax.Array  # ()
+    tau: jax.Array  # () public bound on the per-coordinate second moment of the M-step terms
+    zeta: jax.Array  # () failure probability
     s: jax.Array  # () truncation scale; read only with s_rule="explicit" (else NaN)
 
 
@@ -131,9 +154,10 @@ def eps_tilde(epsilon: Any, delta: Any) -> jax.Array:
 
 
 def smoothing_parameters(
-    s_rule: SRule, n: int, d: int, hp: DPGEMHyperparams
+    s_rule: SRule, n: int, d: int, hp: DPGEMHyperparams | DPEMExactHyperparams
 ) -> tuple[jax.Array, jax.Array]:
-    """``(s, beta_s)`` of Algorithm 2 (spec 002 §2.5 and A1) for ``n`` records in dimension d."""
+    """``(s, beta_s)`` of Algorithms 2 and 3 (spec 002 §2.5, §2.6 and A1) for ``n`` records in
+    dimension ``d`` (``n`` is one batch's size under sample splitting, spec 002 A10)."""
     et = eps_tilde(hp.epsilon, hp.delta)
     dtype = et.dtype
     log_dz = jnp.log(d / jnp.asarray(hp.zeta, dtype))
@@ -159,13 +183,27 @@ def smoothing_parameters(
 # --------------------------------------------------------------------------------------------
 
 
-def _make_dp_gem_step(model: Any, num_iterations: int, s_rule: SRule):
-    def step(key, state: GEMState, data, hp: DPGEMHyperparams):
+def _num_releases(d: int, num_iterations: int, sample_split: bool) -> int:
+    """How many coordinate releases one record enters: ``d`` with sample splitting (its one
+    batch), ``d T`` on the full data."""
+    return d if sample_split else d * num_iterations
+
+
+def _make_robust_step(model: Any, num_iterations: int, s_rule: SRule, sample_split: bool,
+                      exact_m: bool):
+    """Algorithm 2 (``exact_m=False``: ``psi`` of the per-sample gradients, then a gradient step)
+    or Algorithm 3 (``exact_m=True``: ``psi`` of the per-sample M-step terms ``f_i``, whose
+    private mean *is* the next iterate). ``n`` (hence ``s``) is the size of the data the step
+    sees: the whole data set, or one disjoint batch with ``sample_split``."""
+
+    def step(key, state: GEMState, data, hp):
         beta = state.beta
-        u = model.per_sample_gradients(beta, data)  # (n, d)
+        u = (model.m_step_terms(beta, data) if exact_m
+             else model.per_sample_gradients(beta, data))  # (n, d)
         n, d = u.shape
         s, beta_s = smoothing_parameters(s_rule, n, d, hp)
-        rho = jnp.square(eps_tilde(hp.epsilon, hp.delta)) / (d * num_iterations)
+        rho = jnp.square(eps_tilde(hp.epsilon, hp.delta)) / _num_releases(
+            d, num_iterations, sample_split)
 
         def coordinate(k, column):
             # the statistic carries its own sensitivity (4 sqrt2 / 3) s / n: never retyped
@@ -173,7 +211,8 @@ def _make_dp_gem_step(model: Any, num_iterations: int, s_rule: SRule):
 
         g, ev = jax.vmap(coordinate)(jax.random.split(key, d), u.T)
         events = tuple(jax.tree_util.tree_map(lambda a, j=j: a[j], ev) for j in range(d))
-        new = beta + jnp.asarray(hp.eta, beta.dtype) * g.astype(beta.dtype)
+        g = g.astype(beta.dtype)
+        new = g if exact_m else beta + jnp.asarray(hp.eta, beta.dtype) * g
         return GEMState(new), GEMInfo(ev.scale[0].astype(beta.dtype), s.astype(beta.dtype),
                                       events)
 
@@ -200,26 +239,59 @@ def _init(beta0: Any) -> GEMState:
     return GEMState(jnp.asarray(beta0, dtype=jnp.result_type(float)))
 
 
-def dp_gem(model: Any, num_iterations: int, s_rule: SRule = "sigma_consistent") -> Estimator:
-    """Algorithm 2 (DP gradient EM, spec 002 §2.5), every iteration on the full data.
+def dp_gem(model: Any, num_iterations: int, s_rule: SRule = "sigma_consistent",
+           sample_split: bool = False) -> Estimator:
+    """Algorithm 2 (DP gradient EM, spec 002 §2.5).
 
     Args:
         model: a model with ``per_sample_gradients`` (hashable, bound statically).
         num_iterations: ``T`` (static; it enters the noise calibration).
         s_rule: how the truncation scale ``s`` is set (module docstring; static).
+        sample_split: ``False`` (default, the paper): every iteration on the full data, ``d T``
+            releases composed in zCDP. ``True`` (spec 002 A10, **not in the paper**): iteration
+            ``t`` sees only the ``t``-th of ``T`` disjoint batches of ``n0 = floor(n / T)``
+            records; ``s`` is computed from ``n0`` and each batch's ``d`` releases get the whole
+            budget ``rho = eps~^2 / d`` (parallel composition across batches), i.e.
+            ``sigma^2 = 16 s'^2 d / (9 n0^2 eps~^2)``.
     """
-    return _build_dp_gem(model, num_iterations, s_rule)
+    return _build_robust(model, num_iterations, s_rule, bool(sample_split), False)
+
+
+def dp_exact_em(model: Any, num_iterations: int,
+                s_rule: SRule = "sigma_consistent") -> Estimator:
+    r"""Algorithm 3 (DP exact-M-step EM, spec 002 §2.6, the paper's App I), Gaussian mixture only.
+
+    Iteration ``t``, coordinate ``j``:
+    :math:`\beta^t_j = \frac1n\sum_i \psi_{s,\beta_s}(f_{ij}(\beta^{t-1})) + Z_j`,
+    :math:`f_i(\beta) = (2 w_\beta(y_i) - 1) y_i` (the exact M-step is :math:`\frac1n\sum_i f_i`),
+    with ``s``, ``beta_s`` and the noise of Algorithm 2 (``d T`` zCDP releases, ``rho =
+    eps~^2 / (d T)`` each; the paper's Thm 9). No step size. Only the Gaussian mixture has an
+    M-step that is a mean of independent per-record terms (spec 002 Assumption 2); the paper
+    prints ``s = sqrt(n tau eps~) / (2 log(1/zeta))`` here (``s_rule="alg3_literal"``), the
+    default is the sigma-consistent rule of A1, as for Algorithm 2.
+    """
+    from dpjax.models import GaussianMixture
+
+    if not isinstance(model, GaussianMixture):
+        raise ValueError("Algorithm 3 (DP exact-M-step EM) applies to the Gaussian mixture "
+                         "only (spec 002 §2.6: the M-steps of the other models couple the "
+                         f"records); got model {type(model).__name__}")
+    return _build_robust(model, num_iterations, s_rule, False, True)
 
 
 @functools.lru_cache(maxsize=512)
-def _build_dp_gem(model: Any, num_iterations: int, s_rule: SRule) -> Estimator:
+def _build_robust(model: Any, num_iterations: int, s_rule: SRule, sample_split: bool,
+                  exact_m: bool) -> Estimator:
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     if s_rule not in S_RULES:
         raise ValueError(f"s_rule must be one of {S_RULES}; got {s_rule!r}")
-    name = f"dp-gem/{model.name}"
-    ledger_fn = functools.partial(_ledger, name, "robust", model, num_iterations, s_rule)
-    return Estimator(name, _init, _make_dp_gem_step(model, num_iterations, s_rule),
-                     num_iterations, "full", ledger_fn)
+    kind = "exact-m" if exact_m else ("robust-split" if sample_split else "robust")
+    prefix = {"exact-m": "dp-em-exact", "robust-split": "dp-gem-split", "robust": "dp-gem"}
+    name = f"{prefix[kind]}/{model.name}"
+    ledger_fn = functools.partial(_ledger, name, kind, model, num_iterations, s_rule)
+    step = _make_robust_step(model, num_iterations, s_rule, sample_split, exact_m)
+    return Estimator(name, _init, step, num_iterations,
+                     "disjoint" if sample_split else "full", ledger_fn)
 
 
 @functools.lru_cache(maxsize=512)
@@ -243,6 +315,22 @@ def _merge_events(events: tuple[PrivacyEvent, ...]) -> PrivacyEvent:
         lambda *xs: np.stack([np.asarray(x) for x in xs], axis=-1), *events)
 
 
+def _batch_rows(merged: PrivacyEvent) -> list[PrivacyEvent]:
+    """The per-iteration events (axes ``(T, d)`` -> ``T`` events of ``d`` releases)."""
+    if np.ndim(merged.scale) < 2:
+        return [merged]
+    return [jax.tree_util.tree_map(lambda a, t=t: np.asarray(a)[t] if np.ndim(a) else a, merged)
+            for t in range(np.shape(merged.scale)[0])]
+
+
+_STATISTICS = {
+    "robust": "coordinate j of (1/n) sum_i psi_{s,beta_s}(grad_j q_i(beta^t; beta^t))",
+    "robust-split": "coordinate j of (1/n0) sum_{i in batch t} psi_{s,beta_s}(grad_j q_i"
+                    "(beta^t; beta^t))",
+    "exact-m": "coordinate j of (1/n) sum_i psi_{s,beta_s}((2 w_beta^t(y_i) - 1) y_ij)",
+}
+
+
 def _ledger(
     name: str,
     kind: str,
@@ -254,44 +342,96 @@ def _ledger(
     events: tuple[PrivacyEvent, ...],
 ) -> Ledger:
     """The privacy ledger of one run on ``n`` records, composed in zCDP from the run's events
-    (``d T`` coordinate releases for Algorithm 2, ``T`` vector releases for Algorithm 1) and
-    converted to (epsilon, delta) by Bun-Steinke (which inverts ``rho = eps~^2`` exactly)."""
+    (``d T`` coordinate releases for Algorithms 2 and 3, ``T`` vector releases for Algorithm 1;
+    with sample splitting the ``d`` releases of the worst batch, the batches being disjoint)
+    and converted to (epsilon, delta) by Bun-Steinke (which inverts ``rho = eps~^2`` exactly)."""
     eps = float(np.asarray(hparams.epsilon))
     delta = float(np.asarray(hparams.delta))
-    eta = float(np.asarray(hparams.eta))
     data = f"all {n} records every iteration"
-    notes = [f"n = {n}, T = {num_iterations}, eta = {eta:g}"]
-    if kind == "robust":
-        d = len(events)
-        merged = _merge_events(events)
-        statistic = ("coordinate j of (1/n) sum_i psi_{s,beta_s}(grad_j q_i(beta^t; beta^t)); "
-                     "sensitivity (4 sqrt2/3) s/n")
-        notes.append(f"d = {d}: {d * num_iterations} coordinate releases, each rho = "
-                     f"eps~^2/(d T); s_rule = {s_rule!r}, tau = "
-                     f"{float(np.asarray(hparams.tau)):g}, zeta = "
-                     f"{float(np.asarray(hparams.zeta)):g}")
-    else:
+    notes = [f"n = {n}, T = {num_iterations}"]
+    if hasattr(hparams, "eta") and kind != "exact-m":
+        notes[0] += f", eta = {float(np.asarray(hparams.eta)):g}"
+    if kind == "clipped":
         merged = events[0]
         statistic = ("(1/n) sum_i clip_l2(grad q_i(beta^t; beta^t), C); l2 sensitivity 2C/n, "
                      f"C = {float(np.asarray(hparams.clip)):g}")
         notes.append("each iteration rho = eps~^2/T")
+    else:
+        d = len(events)
+        merged = _merge_events(events)
+        statistic = _STATISTICS[kind] + "; sensitivity (4 sqrt2/3) s/n"
+        per = (f"{d} coordinate releases per batch, each rho = eps~^2/d"
+               if kind == "robust-split" else
+               f"{d * num_iterations} coordinate releases, each rho = eps~^2/(d T)")
+        notes.append(f"d = {d}: {per}; s_rule = {s_rule!r}, tau = "
+                     f"{float(np.asarray(hparams.tau)):g}, zeta = "
+                     f"{float(np.asarray(hparams.zeta)):g}")
+        if kind == "robust-split":
+            data = (f"one of {num_iterations} disjoint batches of {n // num_iterations} "
+                    "records per iteration")
     release = Release.from_event(merged, statistic, data)
     if release.sensitivity_ratio != 1.0:
         notes.append(f"true/declared sensitivity = {release.sensitivity_ratio:g}")
     if getattr(model, "weights", "exact") == "paper":
         notes.append("paper-literal posterior weights (biased, still DP)")
-    return Ledger.build(
-        name, [release], "zcdp", variant="corrected", requested=ApproxDP(eps, delta),
-        delta=delta, conversion="bun-steinke", notes=notes,
-    )
+    if getattr(model, "second_moment", "paper") == "exact_conditional":
+        notes.append("exact conditional K (spec 002 A4), not the printed one")
+
+    def build(releases, extra=()):
+        return Ledger.build(name, releases, "zcdp", variant="corrected",
+                            requested=ApproxDP(eps, delta), delta=delta,
+                            conversion="bun-steinke", notes=[*notes, *extra])
+
+    if kind != "robust-split":
+        return build([release])
+    # Sample splitting: a record enters only its own batch's d releases (composed in zCDP);
+    # across the disjoint batches the composition is parallel -- the worst batch's guarantee.
+    per_batch = [build([Release.from_event(row, statistic, data)])
+                 for row in _batch_rows(merged)]
+    worst = max(per_batch, key=lambda led: led.guarantee.rho)
+    return dataclasses.replace(worst, releases=(release,), composition="parallel", notes=(
+        *worst.notes, "sample splitting (spec 002 A10, not in the paper): zCDP composition of "
+        "each batch's d releases, parallel composition across the disjoint batches"))
 
 
 # --------------------------------------------------------------------------------------------
-# The convenience API
+# The convenience API: three thin wrappers over one validating implementation
 # --------------------------------------------------------------------------------------------
 
 
-def _common(key, data, model, epsilon, delta, num_iterations, beta0, eta, on_invalid):
+def _scalar(value: np.ndarray, name: str) -> float:
+    if np.ndim(value):
+        raise ValueError(f"{name} must be a scalar for a single fit; use dpjax.sweep for grids")
+    return float(value)
+
+
+def _f32(*values: Any) -> list[np.ndarray]:
+    return [np.asarray(v, dtype=np.float32) for v in values]
+
+
+def _robust_fields(eps: float, tau: Any, zeta: Any, s_rule: str, s: Any) -> list[np.ndarray]:
+    """``(tau, zeta, s)`` of Algorithms 2 and 3, validated (``s`` NaN unless explicit)."""
+    if s_rule not in S_RULES:
+        raise ValueError(f"s_rule must be one of {S_RULES}; got {s_rule!r}")
+    _validate.check_positive(tau, "tau")
+    z = _validate.check_positive(zeta, "zeta")
+    if z.ndim or not float(z) < 1.0:
+        raise ValueError(f"zeta must be a scalar in (0, 1); got {zeta!r}")
+    if s_rule == "explicit":
+        if s is None:
+            raise ValueError("s_rule='explicit' needs s")
+        s_val = float(_validate.check_truncation(s, eps, "s"))
+    else:
+        if s is not None:
+            raise ValueError("s is only read with s_rule='explicit'")
+        s_val = math.nan
+    return _f32(tau, zeta, s_val)
+
+
+def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta, on_invalid,
+         options: dict[str, Any]) -> FitResult:
+    """Validate the shared arguments, build the estimator of ``kind`` and its hyperparameters,
+    and fit. ``kind``: ``"gradient"`` (Alg 2), ``"exact_m"`` (Alg 3) or ``"clipped"`` (Alg 1)."""
     key = as_key(key)
     if not isinstance(model, EMModel):
         raise TypeError(f"model must implement dpjax.models.EMModel (per_sample_gradients, ...); "
@@ -299,42 +439,39 @@ def _common(key, data, model, epsilon, delta, num_iterations, beta0, eta, on_inv
     _validate.check_on_invalid(on_invalid)
     data = model.validate_data(data, on_invalid)
     n, d = model.num_records(data), model.dim(data)
-    T = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
-    eps = _validate.check_epsilon(epsilon)
-    if eps.ndim:
-        raise ValueError("epsilon must be a scalar for a single fit; use dpjax.sweep for grids")
-    dl = _validate.check_delta(delta)
-    if dl.ndim:
-        raise ValueError("delta must be a scalar")
-    if math.isfinite(float(eps)) and float(dl) > 1.0 / n:
+    num_iterations = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    eps = _scalar(_validate.check_epsilon(epsilon), "epsilon")
+    dl = _scalar(_validate.check_delta(delta), "delta")
+    if math.isfinite(eps) and dl > 1.0 / n:
         warnings.warn(
-            f"delta = {float(dl):g} > 1/n = {1.0 / n:g}: such a delta permits releasing a "
+            f"delta = {dl:g} > 1/n = {1.0 / n:g}: such a delta permits releasing a "
             "record outright (the paper uses delta = 1/n)",
             _validate.DPJaxWarning, stacklevel=4,
         )
     _validate.check_positive(eta, "eta")
     beta0 = _validate.check_array(beta0, "beta0", shape=(d,))
-    return key, data, n, d, T, float(eps), float(dl), beta0
-
-
-def _f32(*values: Any) -> list[np.ndarray]:
-    return [np.asarray(v, dtype=np.float32) for v in values]
+    if kind == "clipped":
+        c = _validate.check_truncation(options["clip"], eps, "clip")
+        if c.ndim:
+            raise ValueError("clip must be a scalar")
+        hp: Any = ClippedGEMHyperparams(*_f32(eps, dl, eta, c))
+        return fit(clipped_gem(model, num_iterations), key, data, beta0, hp, n=n)
+    fields = _robust_fields(eps, options["tau"], options["zeta"], options["s_rule"],
+                            options["s"])
+    if kind == "exact_m":
+        est = dp_exact_em(model, num_iterations, options["s_rule"])
+        return fit(est, key, data, beta0, DPEMExactHyperparams(*_f32(eps, dl), *fields), n=n)
+    if options["sample_split"] and n < num_iterations:
+        raise ValueError(f"sample_split=True needs at least one record per iteration: n = {n} "
+                         f"< num_iterations = {num_iterations}")
+    est = dp_gem(model, num_iterations, options["s_rule"], options["sample_split"])
+    return fit(est, key, data, beta0, DPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n)
 
 
 def fit_dp_gem(
-    key: Any,
-    data: Any,
-    model: Any,
-    *,
-    epsilon: Any,
-    delta: Any,
-    num_iterations: int,
-    beta0: Any,
-    tau: Any,
-    eta: Any = 1.0,
-    zeta: Any = 0.05,
-    s_rule: SRule = "sigma_consistent",
-    s: Any = None,
+    key: Any, data: Any, model: Any, *, epsilon: Any, delta: Any, num_iterations: int,
+    beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05,
+    s_rule: SRule = "sigma_consistent", s: Any = None, sample_split: bool = False,
     on_invalid: str = "raise",
 ) -> FitResult:
     """Fit Algorithm 2 (DP gradient EM, spec 002 §2.5) to one data set.
@@ -355,43 +492,36 @@ def fit_dp_gem(
         s_rule: ``"sigma_consistent"`` (default), ``"alg2_literal"``, ``"alg3_literal"``,
             ``"thm2"`` or ``"explicit"`` (then ``s`` is required).
         s: the truncation scale for ``s_rule="explicit"``, in (0, inf].
+        sample_split: the variant of spec 002 A10, not in the paper (see :func:`dp_gem`);
+            needs ``n >= num_iterations``.
         on_invalid: as in :func:`dpjax.algorithms.dp_em.fit_ld_dp_em`.
 
     Returns:
         :class:`~dpjax.base.FitResult`; its ledger delivers exactly ``(epsilon, delta)``.
     """
-    key, data, n, d, T, eps, dl, beta0 = _common(key, data, model, epsilon, delta,
-                                                 num_iterations, beta0, eta, on_invalid)
-    if s_rule not in S_RULES:
-        raise ValueError(f"s_rule must be one of {S_RULES}; got {s_rule!r}")
-    _validate.check_positive(tau, "tau")
-    z = _validate.check_positive(zeta, "zeta")
-    if z.ndim or not float(z) < 1.0:
-        raise ValueError(f"zeta must be a scalar in (0, 1); got {zeta!r}")
-    if s_rule == "explicit":
-        if s is None:
-            raise ValueError("s_rule='explicit' needs s")
-        s_val = float(_validate.check_truncation(s, eps, "s"))
-    else:
-        if s is not None:
-            raise ValueError("s is only read with s_rule='explicit'")
-        s_val = math.nan
-    hp = DPGEMHyperparams(*_f32(eps, dl, eta, tau, zeta, s_val))
-    return fit(dp_gem(model, T, s_rule), key, data, beta0, hp, n=n)
+    return _fit("gradient", key, data, model, epsilon, delta, num_iterations, beta0, eta,
+                on_invalid, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s,
+                                 sample_split=sample_split))
+
+
+def fit_dp_exact_em(
+    key: Any, data: Any, model: Any, *, epsilon: Any, delta: Any, num_iterations: int,
+    beta0: Any, tau: Any, zeta: Any = 0.05, s_rule: SRule = "sigma_consistent", s: Any = None,
+    on_invalid: str = "raise",
+) -> FitResult:
+    """Fit Algorithm 3 (DP exact-M-step EM, spec 002 §2.6; Gaussian mixture only).
+
+    Arguments as :func:`fit_dp_gem` (no step size, no sample splitting); ``tau`` bounds the
+    per-coordinate second moment of the M-step terms ``(2 w - 1) y_ij`` (about
+    ``beta*_j^2 + sigma^2``). ``epsilon = inf`` (with a rule-based ``s``) is the exact EM.
+    """
+    return _fit("exact_m", key, data, model, epsilon, delta, num_iterations, beta0, 1.0,
+                on_invalid, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s))
 
 
 def fit_clipped_gem(
-    key: Any,
-    data: Any,
-    model: Any,
-    *,
-    epsilon: Any,
-    delta: Any,
-    num_iterations: int,
-    beta0: Any,
-    eta: Any = 1.0,
-    clip: Any = 1.0,
-    on_invalid: str = "raise",
+    key: Any, data: Any, model: Any, *, epsilon: Any, delta: Any, num_iterations: int,
+    beta0: Any, eta: Any = 1.0, clip: Any = 1.0, on_invalid: str = "raise",
 ) -> FitResult:
     """Fit Algorithm 1 (clipped DP gradient EM, spec 002 §2.4) to one data set.
 
@@ -399,13 +529,8 @@ def fit_clipped_gem(
     (default 1, the paper's experiments; inf only with ``epsilon = inf``) in place of
     ``tau``, ``zeta``, ``s_rule`` and ``s``.
     """
-    key, data, n, d, T, eps, dl, beta0 = _common(key, data, model, epsilon, delta,
-                                                 num_iterations, beta0, eta, on_invalid)
-    c = _validate.check_truncation(clip, eps, "clip")
-    if c.ndim:
-        raise ValueError("clip must be a scalar")
-    hp = ClippedGEMHyperparams(*_f32(eps, dl, eta, c))
-    return fit(clipped_gem(model, T), key, data, beta0, hp, n=n)
+    return _fit("clipped", key, data, model, epsilon, delta, num_iterations, beta0, eta,
+                on_invalid, dict(clip=clip))
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,6 +547,8 @@ def _example(model: Any, d: int, seed: int, kind: str) -> registry.Example:
         f = functools.partial(jnp.asarray, dtype=jnp.float32)
         if kind == "robust":
             return DPGEMHyperparams(f(eps), f(1.0 / n), f(1.0), f(2.0), f(0.05), f(jnp.nan))
+        if kind == "exact-m":
+            return DPEMExactHyperparams(f(eps), f(1.0 / n), f(2.0), f(0.05), f(jnp.nan))
         return ClippedGEMHyperparams(f(eps), f(1.0 / n), f(1.0), f(1.0))
 
     return registry.Example(data, beta * 0.8, hp)
@@ -433,15 +560,24 @@ def _register() -> None:
     def req(eps):
         return ("epsilon", eps)
 
+    def entry(name, build, example):
+        registry.register(registry.Entry(name, "dp-gem", build, example, requested=req))
+
     models = [(GaussianMixture(0.5), 4, 0), (MixtureOfRegressions(0.5), 3, 1),
               (RegressionMissingCovariates(1.0, 0.2), 3, 2)]
     for model, d, seed in models:
-        registry.register(registry.Entry(
-            f"dp-gem/{model.name}", "dp-gem", functools.partial(dp_gem, model, 4),
-            functools.partial(_example, model, d, seed, "robust"), requested=req))
-        registry.register(registry.Entry(
-            f"clipped-gem/{model.name}", "dp-gem", functools.partial(clipped_gem, model, 4),
-            functools.partial(_example, model, d, seed, "clipped"), requested=req))
+        robust = functools.partial(_example, model, d, seed, "robust")
+        entry(f"dp-gem/{model.name}", functools.partial(dp_gem, model, 4), robust)
+        entry(f"clipped-gem/{model.name}", functools.partial(clipped_gem, model, 4),
+              functools.partial(_example, model, d, seed, "clipped"))
+        entry(f"dp-gem-split/{model.name}",
+              functools.partial(dp_gem, model, 4, "sigma_consistent", True), robust)
+    exact_k = RegressionMissingCovariates(1.0, 0.2, second_moment="exact_conditional")
+    entry(f"dp-gem/{exact_k.name}", functools.partial(dp_gem, exact_k, 4),
+          functools.partial(_example, exact_k, 3, 2, "robust"))
+    gmm = models[0][0]
+    entry(f"dp-em-exact/{gmm.name}", functools.partial(dp_exact_em, gmm, 4),
+          functools.partial(_example, gmm, 4, 0, "exact-m"))
 
 
 _register()

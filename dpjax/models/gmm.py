@@ -88,6 +88,11 @@ class GaussianMixture:
         w = self.posterior_sign(beta, data)
         return w[:, None] * data.y - beta[None, :]
 
+    def m_step_terms(self, beta: jax.Array, data: GMMData) -> jax.Array:
+        """``f_i(beta) = (2 w_beta(y_i) - 1) y_i`` for every record, ``(n, d)``: the exact
+        M-step is their mean (spec 002 §2.6, DP EM = Algorithm 3)."""
+        return self.posterior_sign(beta, data)[:, None] * data.y
+
     def truncated_gradient(
         self, beta: jax.Array, data: GMMData, truncation: Any
     ) -> BoundedStatistic:

@@ -78,14 +78,23 @@ class RegressionMissingCovariates:
             :meth:`simulate` only).
         sensitivity: ``"corrected"`` (default, ``(6 T^2 + ||beta^t||_inf) / n0``, spec 000 §7 A4)
             or ``"paper"`` (the printed ``6 T^2 / n0``; not DP, see the module docstring).
+        second_moment: the ``K`` of :meth:`per_sample_gradients` and :meth:`gradient`:
+            ``"paper"`` (default, the printed eq. 27) or ``"exact_conditional"`` (spec 002 A4:
+            ``E[x x^T | x_obs, y; beta] = diag(1 - z) + m m^T - u u^T / (sigma^2 + ||u||^2)``,
+            ``u = (1 - z) * beta``). Only the printed ``K`` has the truncated statistic of
+            spec 000 (:meth:`truncated_gradient` refuses the other).
     """
 
     sigma: float = 1.0
     missing_prob: float = 0.1
     sensitivity: Literal["corrected", "paper"] = "corrected"
+    second_moment: Literal["paper", "exact_conditional"] = "paper"
 
-    name = "rmc"
     data_type = RMCData
+
+    @property
+    def name(self) -> str:
+        return "rmc" if self.second_moment == "paper" else "rmc-exact-k"
 
     def __post_init__(self) -> None:
         _validate.check_positive(self.sigma, "sigma")
@@ -93,6 +102,7 @@ class RegressionMissingCovariates:
         if not (math.isfinite(p) and 0.0 <= p < 1.0):
             raise ValueError(f"missing_prob must lie in [0, 1); got {self.missing_prob!r}")
         _validate.check_choice(self.sensitivity, "sensitivity", ("corrected", "paper"))
+        _validate.check_choice(self.second_moment, "second_moment", ("paper", "exact_conditional"))
 
     @property
     def sensitivity_formula(self) -> str:
@@ -173,25 +183,33 @@ class RegressionMissingCovariates:
 
     def gradient(self, beta: jax.Array, data: RMCData) -> jax.Array:
         """Non-private ``grad Q_n(beta; beta) = (1/n) sum [y m - K beta]`` (no truncation)."""
-        n = data.y.shape[0]
-        m, nv = self.conditional_mean(beta, data)
-        miss = 1.0 - data.z
-        k_beta = miss * beta[None, :] + m * (m @ beta)[:, None] - nv * (nv @ beta)[:, None]
-        return jnp.sum(data.y[:, None] * m - k_beta, axis=0) / n
+        return jnp.sum(self.per_sample_gradients(beta, data), axis=0) / data.y.shape[0]
 
     def per_sample_gradients(self, beta: jax.Array, data: RMCData) -> jax.Array:
         """``grad q_i(beta; beta) = y_i m_i - K_i beta`` for every record, ``(n, d)`` (spec 002
-        eqs. 25-27, the printed ``K``, computed without forming it); their mean is
-        :meth:`gradient`."""
+        eqs. 25-27, computed without forming ``K``; the printed ``K`` or, with
+        ``second_moment="exact_conditional"``, the exact conditional second moment, whose
+        last term is ``-u (u^T beta) / (sigma^2 + ||u||^2)``, ``u = (1 - z) * beta``); their
+        mean is :meth:`gradient`."""
         m, nv = self.conditional_mean(beta, data)
         miss = 1.0 - data.z
-        k_beta = miss * beta[None, :] + m * (m @ beta)[:, None] - nv * (nv @ beta)[:, None]
+        if self.second_moment == "paper":
+            last = nv * (nv @ beta)[:, None]
+        else:
+            u = miss * beta[None, :]
+            ub = jnp.sum(u * beta[None, :], axis=1)  # ||u||^2 = u^T beta (miss is 0/1)
+            last = u * sanitize(ub / (self.sigma**2 + ub))[:, None]
+        k_beta = miss * beta[None, :] + m * (m @ beta)[:, None] - last
         return data.y[:, None] * m - k_beta
 
     def truncated_gradient(
         self, beta: jax.Array, data: RMCData, truncation: Any
     ) -> BoundedStatistic:
         """``f_T(grad Q)`` with its l-infinity replace-one sensitivity (corrected or printed)."""
+        if self.second_moment != "paper":
+            raise ValueError("truncated_gradient (spec 000) is defined for second_moment="
+                             f"'paper' only; got {self.second_moment!r} (the exact-conditional K "
+                             "of spec 002 A4 serves DP gradient EM's per_sample_gradients)")
         # The mask of an admissible record is 0/1; clamping it to [0, 1] keeps every term of an
         # arbitrary record inside the declared interval (-(1 - z_j) beta_j between 0 and -beta_j).
         data = RMCData(data.x, jnp.clip(sanitize(data.z), 0.0, 1.0), data.y)
