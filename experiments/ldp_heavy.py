@@ -143,12 +143,8 @@ EXPERIMENTS = [
     Experiment(
         name="ldp_heavy",
         title="LDP sparse regression, Algorithm 1 with heavy-tailed (Student-t) responses",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=5,
-        quick_reps=3,
-        plot=plot,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        reps=5, quick_reps=3,
         summary_extra=("indefinite",),
         description="Theorem 5's parameters; n-slopes against -(p-1)/(2p) in slopes.csv. See "
         "experiments/reports/ldp_heavy.md.",

@@ -152,12 +152,8 @@ EXPERIMENTS = [
     Experiment(
         name="ldp_nldp",
         title="LDP sparse regression (Zhu et al. 2024), Algorithm 1: error vs n and epsilon",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=10,
-        quick_reps=3,
-        plot=plot,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        reps=10, quick_reps=3,
         summary_extra=("indefinite",),
         description="Streamed users (chunks of 1e6), aggregate noise; lambda by the noise rule "
         "and lambda = 0; fitted slopes in slopes.csv. See experiments/reports/ldp_nldp.md.",

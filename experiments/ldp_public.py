@@ -147,12 +147,8 @@ EXPERIMENTS = [
     Experiment(
         name="ldp_public",
         title="LDP sparse regression: Algorithm 3 (public covariates) vs Algorithm 1 against d",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=10,
-        quick_reps=3,
-        plot=plot,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        reps=10, quick_reps=3,
         summary_extra=("indefinite",),
         description="Same private data for both; lambda by the noise rule and lambda = 0; "
         "d-slopes in slopes.csv. See experiments/reports/ldp_public.md.",

@@ -186,12 +186,8 @@ EXPERIMENTS = [
     Experiment(
         name="ldp_wangxu",
         title="LDP-IHT: Wang & Xu (2021) published radius vs rectified (Zhu et al. 2024)",
-        defaults=DEFAULTS,
-        settings=settings,
-        quick=QUICK,
-        reps=10,
-        quick_reps=3,
-        plot=plot,
+        defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        reps=10, quick_reps=3,
         description="Error vs n and epsilon on Wang & Xu's design; per-user audits of both "
         "radii in audit.csv. See experiments/reports/ldp_wangxu.md.",
     )
