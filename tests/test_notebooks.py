@@ -11,7 +11,7 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 # one notebook per estimator family (issue 16), plus the quickstart and the tuning recipe
-EXPECTED = {"quickstart", "dp_em", "dp_glm", "dp_iv", "dp_gem", "tuning"}
+EXPECTED = {"quickstart", "dp_em", "dp_glm", "dp_iv", "dp_gem", "ldp_sparse", "tuning"}
 # NamedTuple's public methods start with an underscore; they are not private API
 NAMEDTUPLE_API = {"_replace", "_fields", "_asdict", "_make"}
 
