@@ -90,9 +90,10 @@ FAMILIES = {
         Family(
             "em_ld", "low-dim DP-EM (spec 000 Alg 4, Fig 2): n=10000, d=10, eps in {0.5, 1, "
             "inf}, and full-data gradient EM", "em_fig2", "numpy_em_ld",
-            Size(50, ("n_grid=10000", "d_grid=10", "d_base=10", "n_base=10000"),
+            Size(50, ("n_grid=10000", "d_grid=10", "d_base=10", "n_base=10000",
+                      "gem_curve=false"),
                  {"n": 10000, "d": 10}, ("--n", "10000", "--d", "10")),
-            Size(4, ("n_grid=2000", "d_grid=5", "d_base=5", "n_base=2000"),
+            Size(4, ("n_grid=2000", "d_grid=5", "d_base=5", "n_base=2000", "gem_curve=false"),
                  {"n": 2000, "d": 5}, ("--n", "2000", "--d", "5")),
         ),
         Family(

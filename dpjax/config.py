@@ -308,7 +308,8 @@ class Config(Mapping[str, Any]):
             head = f"  {f.name}: {f.describe()}; default {f.show(value)}"
             if quick is not None and getattr(quick, f.name) != value:
                 head += f" (--quick: {f.show(getattr(quick, f.name))})"
-            lines.append(textwrap.fill(head, width, subsequent_indent="      "))
+            lines.append(textwrap.fill(head, width, subsequent_indent="      ",
+                                       break_on_hyphens=False))
             if f.con.doc:
                 lines.append(textwrap.fill(f.con.doc, width, initial_indent="      ",
                                            subsequent_indent="      "))
