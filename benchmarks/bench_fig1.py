@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -31,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.run import machine  # noqa: E402  (one description of the machine)
 
 N, D, S, EPS, REPS = 4000, 1000, 10, (0.3, 0.5, 0.8), 50
 
@@ -163,25 +164,6 @@ def _spawn(args: list[str], devices: int | None = None) -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"part {args} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def machine() -> dict:
-    info = {"platform": platform.platform(), "processor": platform.processor(),
-            "cpu_count": os.cpu_count(), "python": platform.python_version()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        info["cpu_model"] = names[0] if names else ""
-    except OSError:
-        pass
-    try:
-        import jax
-        import numpy
-
-        info |= {"jax": jax.__version__, "numpy": numpy.__version__}
-    except ImportError:
-        pass
-    return info
 
 
 def run_all(tag: str, reps: int, skip_numpy: bool, mem_reps: int, cpu_devices: int) -> dict:
