@@ -93,9 +93,13 @@ def decode_design(x: jax.Array) -> jax.Array:
     The code grid is the 256 mid-points of an even partition of ``(-1, 1)``: a discretised
     ``U(-1, 1)`` with mean 0, variance ``(1 - 2^-16)/3`` and ``|x| <= 255/256 < 1``.
     """
-    if x.dtype == jnp.uint8:
-        return (x.astype(jnp.float32) + 0.5) / 128.0 - 1.0
+    if x.dtype == jnp.uint8:  # (k + 1/2)/128 - 1 = (k - 127.5)/128, exactly, in two operations
+        return (x.astype(jnp.float32) - 127.5) * (1.0 / 128.0)
     return x
+
+
+#: The largest absolute value :func:`decode_design` returns for ``uint8`` codes.
+GRID8_BOUND = 255.0 / 256.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,11 +202,11 @@ class GLM:
         if self.design == "grid8":
             if d % 4:
                 raise ValueError(f"design='grid8' needs d divisible by 4; got d = {d}")
-            words = random_words(key_x, (n, d // 4))
-            x = jax.lax.bitcast_convert_type(words, jnp.uint8).reshape(n, d)
+            x, eta = self._grid8_design(key_x, n, beta)
         else:
             x = jax.random.uniform(key_x, (n, d), beta.dtype, minval=-1.0, maxval=1.0)
-        eta = self._rowwise(lambda xb, _: xb @ beta, x, jnp.zeros((n,), beta.dtype), stack=True)
+            eta = self._rowwise(lambda xb, _: xb @ beta, x, jnp.zeros((n,), beta.dtype),
+                                stack=True)
         if self.family == "logistic":
             y = jax.random.bernoulli(key_y, jax.nn.sigmoid(eta)).astype(beta.dtype)
         elif self.family == "linear":
@@ -210,6 +214,39 @@ class GLM:
         else:
             y = jax.random.poisson(key_y, jnp.exp(eta)).astype(beta.dtype)
         return GLMData(x, y)
+
+    def _grid8_design(self, key: jax.Array, n: int, beta: jax.Array):
+        """The 8-bit design ``bits(key, (n, d/4))`` viewed as ``(n, d)`` bytes, and ``x beta``.
+
+        With ``row_block`` set the words are hashed block by block (bit for bit those of
+        :func:`random_words`) inside a loop whose output the product then reads: XLA would
+        otherwise fuse the hash into both the stored design and the product, computing it twice.
+        """
+        d = beta.shape[0]
+        w, bs = d // 4, self.row_block
+
+        def codes(words):
+            return jax.lax.bitcast_convert_type(words, jnp.uint8).reshape(-1, d)
+
+        if bs is None or bs >= n or n * w >= 2**32 or not _fast_words_apply(key):
+            x = codes(random_words(key, (n, w)))
+        else:
+            k1, k2 = jax.random.key_data(key)
+
+            def block(start, rows):  # rows [start, start + rows) of random_words(key, (n, w))
+                counts = start * np.uint32(w) + jax.lax.iota(jnp.uint32, rows * w)
+                counts = counts.reshape(rows, w)
+                a, b = _threefry2x32(k1, k2, jnp.zeros_like(counts), counts)
+                return codes(a ^ b)
+
+            nb, rem = divmod(n, bs)
+            _, xb = jax.lax.scan(lambda c, i: (c, block(i * bs, bs)), None,
+                                 jnp.arange(nb, dtype=jnp.uint32))
+            x = xb.reshape(nb * bs, d)
+            if rem:
+                x = jnp.concatenate([x, block(np.uint32(nb * bs), rem)])
+        eta = self._rowwise(lambda xb, _: xb @ beta, x, jnp.zeros((n,), beta.dtype), stack=True)
+        return x, eta
 
     # -- gradients ------------------------------------------------------------------------------
 
@@ -291,9 +328,12 @@ class GLM:
         n, d = data.x.shape
         R = jnp.asarray(truncation, beta.dtype)
         U = self.predictor_bound
+        # 8-bit codes decode inside the box [-255/256, 255/256]^d (and so inside the l2 ball):
+        # the projection is the identity there, and skipping it saves a third of a pass
+        in_bound = data.x.dtype == jnp.uint8 and self.sigma_x >= GRID8_BOUND
 
         def part(x, y):
-            xt = self.clip_design(x, norm)
+            xt = x if in_bound else self.clip_design(x, norm)
             u = sanitize(xt @ beta)  # a huge public iterate can overflow the predictor
             if math.isfinite(U):
                 u = clip_linf(u, U)
