@@ -66,13 +66,16 @@ class Family:
     full: Size
     quick: Size
     n_keys: tuple[str, ...] = ("n_grid", "n_base")  # the --set keys that fix n
+    d_keys: tuple[str, ...] = ("d",)  # the --set keys that fix the dimension
 
-    def at(self, size: Size, reps: int | None = None, n: int | None = None) -> Size:
-        """``size`` with other repetitions and / or another sample size."""
+    def at(self, size: Size, reps: int | None = None, n: int | None = None,
+           d: int | None = None) -> Size:
+        """``size`` with other repetitions, sample size and / or dimension."""
         sets = size.sets
-        if n is not None:
-            sets = tuple(kv for kv in sets if kv.split("=")[0] not in self.n_keys)
-            sets += tuple(f"{k}={n}" for k in self.n_keys)
+        for keys, value in ((self.n_keys, n), (self.d_keys, d)):
+            if value is not None:
+                sets = tuple(kv for kv in sets if kv.split("=")[0] not in keys)
+                sets += tuple(f"{k}={value}" for k in keys)
         return dataclasses.replace(size, reps=size.reps if reps is None else reps, sets=sets)
 
 
@@ -95,6 +98,7 @@ FAMILIES = {
                  {"n": 10000, "d": 10}, ("--n", "10000", "--d", "10")),
             Size(4, ("n_grid=2000", "d_grid=5", "d_base=5", "n_base=2000", "gem_curve=false"),
                  {"n": 2000, "d": 5}, ("--n", "2000", "--d", "5")),
+            d_keys=("d_grid", "d_base"),
         ),
         Family(
             "glm_gd", "DP-GLM Alg 1, noisy GD (spec 003, Fig 1): n=40000, d=20, T=50, "
@@ -104,6 +108,7 @@ FAMILIES = {
             Size(4, ("n_grid=4000", "n_base=4000", "d_grid=5", "d_base=5", "T=10",
                      "T_grid=10", "unsplit=false"),
                  {"n": 4000, "d": 5, "T": 10}, ("--n", "4000", "--d", "5", "--T", "10")),
+            d_keys=("d_grid", "d_base"),
         ),
         Family(
             "glm_sparse", "sparse DP-GLM Alg 5, noisy IHT (spec 003, Fig 2): n=40000, "
@@ -123,7 +128,7 @@ FAMILIES = {
                  {"n": 8000, "dim": 5, "T": 20}, ("--n", "8000", "--dim", "5", "--T", "20")),
             Size(4, ("dims=3", "n_grid=1000", "clip_consts=1", "references=false", "T=5"),
                  {"n": 1000, "dim": 3, "T": 5}, ("--n", "1000", "--dim", "3", "--T", "5")),
-            n_keys=("n_grid",),
+            n_keys=("n_grid",), d_keys=("dims",),
         ),
     ]
 }
@@ -432,28 +437,26 @@ def run_family(family: Family, args) -> dict:
     return res
 
 
-SCALING = {  # family -> (repetitions at the full size's n, sample sizes at n_reps reps)
-    "em_hd": ((5, 10, 20, 40), (2000, 4000, 8000, 16000)),
-    "em_ld": ((10, 20, 40, 80), (5000, 10000, 20000, 40000)),
-    "glm_gd": ((5, 10, 20, 40), (10000, 20000, 40000, 80000)),
-    "glm_sparse": ((1, 2, 4), (10000, 20000, 40000)),
-    "iv": ((10, 20, 40, 80), (2000, 4000, 8000, 16000)),
+SCALING = {  # family -> (repetitions at the full size, sample sizes and dimensions at n_reps)
+    "em_hd": ((5, 10, 20, 40), (2000, 4000, 8000, 16000), (250, 500, 1000, 2000)),
+    "em_ld": ((10, 20, 40, 80), (5000, 10000, 20000, 40000), (5, 10, 20, 40)),
+    "glm_gd": ((5, 10, 20, 40), (10000, 20000, 40000, 80000), (10, 20, 40, 80)),
+    "glm_sparse": ((1, 2, 4), (10000, 20000, 40000), (2500, 5000, 10000)),
+    "iv": ((10, 20, 40, 80), (2000, 4000, 8000, 16000), (3, 5, 8, 12)),
 }
+AXES = ("reps", "n", "d")
 
 
 def scaling(name: str, device: str, budget_gb: float, n_reps: int) -> dict:
     """Kernel time (wall and CPU), compile time and peak RSS against repetitions (at the full
-    size's n) and against n (at ``n_reps`` repetitions), each point in its own process."""
-    reps_grid, n_grid = SCALING[name]
-    out: dict = {"reps": [], "n": []}
-    for r in reps_grid:
-        out["reps"].append({"x": r, **_spawn(
-            ["--part", "kernel", "--family", name, "--rounds", "1", "--skip-numpy", "--reps",
-             str(r), "--memory-budget", str(budget_gb)], device)})
-    for n in n_grid:
-        out["n"].append({"x": n, **_spawn(
-            ["--part", "kernel", "--family", name, "--rounds", "1", "--skip-numpy", "--reps",
-             str(n_reps), "--n", str(n), "--memory-budget", str(budget_gb)], device)})
+    size), against n and against d (at ``n_reps`` repetitions), each point in its own process."""
+    out: dict = {}
+    for axis, grid in zip(AXES, SCALING[name]):
+        flag = ["--reps", "{x}"] if axis == "reps" else ["--reps", str(n_reps), f"--{axis}", "{x}"]
+        out[axis] = [{"x": x, **_spawn(
+            ["--part", "kernel", "--family", name, "--rounds", "1", "--skip-numpy",
+             "--memory-budget", str(budget_gb), *(f.format(x=x) for f in flag)], device)}
+            for x in grid]
     return out
 
 
@@ -471,21 +474,25 @@ def plot_scaling(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fams = list(results)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.4))
     for i, name in enumerate(fams):
         color = f"C{i}"
-        for ax, axis in zip(axes[:2], ("reps", "n")):
-            pts = results[name][axis]
+        for ax, axis in zip(axes[:3], AXES):
+            pts = results[name].get(axis, [])
+            if len(pts) < 2:
+                continue
             xs = [p["x"] for p in pts]
             ys = [p["dpjax_cpu_s"] for p in pts]  # CPU time: steadier than wall on a loaded host
             ax.loglog(xs, ys, "o-", color=color, label=f"{name} (slope {slope(xs, ys):.2f})")
         pts = results[name]["reps"]
-        axes[2].semilogx([p["x"] for p in pts], [p["dpjax_peak_rss_mb"] for p in pts], "o-",
+        axes[3].semilogx([p["x"] for p in pts], [p["dpjax_peak_rss_mb"] for p in pts], "o-",
                          color=color, label=name)
     axes[0].set(xlabel="repetitions", ylabel="warm kernel, process CPU time (s)",
                 title="cost vs repetitions (full-size n)")
     axes[1].set(xlabel="n", ylabel="warm kernel, process CPU time (s)", title="cost vs n")
-    axes[2].set(xlabel="repetitions", ylabel="peak RSS (MB)",
+    axes[2].set(xlabel="d (the family's dimension setting)",
+                ylabel="warm kernel, process CPU time (s)", title="cost vs d")
+    axes[3].set(xlabel="repetitions", ylabel="peak RSS (MB)",
                 title="peak memory vs repetitions (2 GB chunk budget)")
     for ax in axes:
         ax.legend(fontsize=7)
@@ -584,9 +591,11 @@ def main(argv=None) -> int:
                    help="paired rounds of the whole-process timings (default: --rounds)")
     p.add_argument("--reps", type=int, default=None, help="override every family's reps")
     p.add_argument("--n", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--d", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--scaling", action="store_true",
-                   help="time against reps and n (benchmarks/figures/scaling.png)")
-    p.add_argument("--memory-budget", type=float, default=2.0, help="GB per chunk (as dpjax run)")
+                   help="time against reps, n and d (benchmarks/figures/scaling.png)")
+    p.add_argument("--memory-budget", type=float, default=None,
+                   help="GB per chunk (default: dpjax run's, 0.25 on CPU and 2 on a GPU)")
     p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto")
     p.add_argument("--inline", action="store_true", help="kernel part in this process")
     p.add_argument("--no-e2e", action="store_true", help="skip the whole-process timings")
@@ -613,9 +622,13 @@ def main(argv=None) -> int:
     if a.numpy_threads:  # before NumPy's BLAS starts (parts and scripts are new processes)
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = str(a.numpy_threads)
+    if a.memory_budget is None:  # after JAX_PLATFORMS is set: the default follows the device
+        from dpjax.study import default_memory_budget_gb
+
+        a.memory_budget = default_memory_budget_gb()
     if a.part == "kernel":
         fam = FAMILIES[a.family[0]]
-        size = fam.at(fam.quick if a.quick else fam.full, a.reps, a.n)
+        size = fam.at(fam.quick if a.quick else fam.full, a.reps, a.n, a.d)
         print(json.dumps(part_kernel(fam, size, a.rounds, a.memory_budget, a.skip_numpy)))
         return 0
     names = a.family or (sorted(FAMILIES) if (a.all or a.quick) else [])
@@ -636,7 +649,7 @@ def main(argv=None) -> int:
         for name, r in res["families"].items():
             print(name, {ax: round(slope([p["x"] for p in r[ax]],
                                          [p["dpjax_cpu_s"] for p in r[ax]]), 2)
-                         for ax in ("reps", "n")})
+                         for ax in AXES if len(r.get(ax, [])) > 1})
         return 0
     results = {"tag": tag, "command": "python benchmarks/run.py " + " ".join(argv or sys.argv[1:]),
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -92,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--chunk-size", type=int, default=None,
                      help="repetitions per compiled call (default: as many as fit the memory "
                      "budget)")
-    run.add_argument("--memory-budget", type=float, default=2.0, metavar="GB",
-                     help="memory budget of one chunk of repetitions, in GB (default 2); "
-                     "ignored with --chunk-size")
+    run.add_argument("--memory-budget", type=float, default=None, metavar="GB",
+                     help="memory budget of one chunk of repetitions, in GB (default 0.25 on "
+                     "CPU, 2 on an accelerator); ignored with --chunk-size")
     run.add_argument("--quick", action="store_true", help="a reduced run (under a minute)")
     run.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto",
                      help="generate each batch inside the scan ('stream') or all data first")

@@ -143,8 +143,18 @@ def _rep_bytes(setting: Setting) -> int:
 
 
 def _auto_chunk(setting: Setting, reps: int, budget_bytes: float) -> int:
-    """Repetitions per chunk so that a chunk's data and per-level temporaries fit the budget."""
-    return int(max(1, min(reps, budget_bytes // max(_rep_bytes(setting), 1))))
+    """Repetitions per chunk so that a chunk's data and per-level temporaries fit the budget,
+    evened out over the chunks (every chunk is padded to this size: 50 reps at most 18 per
+    chunk run as 3 x 17, not 18 + 18 + 14 padded to 3 x 18)."""
+    fit = int(max(1, min(reps, budget_bytes // max(_rep_bytes(setting), 1))))
+    return math.ceil(reps / math.ceil(reps / fit))
+
+
+def default_memory_budget_gb() -> float:
+    """The default ``--memory-budget``: 0.25 GB per chunk on CPU, where larger chunks add memory
+    but no throughput (a few cores are busy with one repetition's arrays already), 2 GB on an
+    accelerator, where batching repetitions is what fills the device."""
+    return 0.25 if jax.default_backend() == "cpu" else 2.0
 
 
 def _physical_memory() -> float:
@@ -201,7 +211,7 @@ def run_experiment(
     quick: bool = False,
     progress: bool = True,
     data_mode: str = "auto",
-    memory_budget_gb: float = 2.0,
+    memory_budget_gb: float | None = None,
     num_devices: int | None = None,
 ) -> StudyOutput:
     """Run an experiment and write its results files (see :mod:`dpjax.results`).
@@ -218,7 +228,8 @@ def run_experiment(
         data_mode: ``"auto"`` (stream batches inside the scan where the estimator allows it),
             ``"materialize"`` or ``"stream"``.
         memory_budget_gb: the memory budget of one chunk (``--memory-budget``): without
-            ``chunk_size``, each setting runs in chunks of as many repetitions as fit it.
+            ``chunk_size``, each setting runs in chunks of as many repetitions as fit it
+            (default: :func:`default_memory_budget_gb`).
         num_devices: devices to shard repetitions over (default: all local devices).
     """
     config = resolve_config(experiment, overrides, quick)
@@ -227,6 +238,8 @@ def run_experiment(
         raise ConfigError(f"--reps must be >= 1; got {reps}")
     if chunk_size is not None and chunk_size < 1:
         raise ConfigError(f"--chunk-size must be >= 1; got {chunk_size}")
+    if memory_budget_gb is None:
+        memory_budget_gb = default_memory_budget_gb()
     if not memory_budget_gb > 0:
         raise ConfigError(f"--memory-budget must be > 0 (GB); got {memory_budget_gb}")
     out = Path(out_dir)

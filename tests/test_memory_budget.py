@@ -19,7 +19,7 @@ def _run(out, *extra):
 def test_memory_budget_sets_the_chunk_size(tmp_path):
     chunks_default, summary_default = _run(tmp_path / "a")
     chunks_tiny, summary_tiny = _run(tmp_path / "b", "--memory-budget", "1e-6")
-    assert chunks_default == [3] * len(chunks_default)  # 2 GB: all repetitions in one chunk
+    assert chunks_default == [3] * len(chunks_default)  # 0.25 GB: all repetitions in one chunk
     assert chunks_tiny == [1] * len(chunks_tiny)  # a byte budget: one repetition per chunk
     assert summary_tiny == summary_default
 
@@ -30,3 +30,22 @@ def test_non_positive_memory_budget_is_an_error(tmp_path, capsys):
     assert cli.main(args + SMALL) == 2
     assert "--memory-budget must be > 0" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_chunks_are_evened_out_and_the_default_budget_follows_the_device():
+    """At most 18 repetitions fit: 50 run as 3 chunks of 17 (each chunk is padded to the chunk
+    size, so 18 + 18 + 14 would compute 54); the CPU default budget is 0.25 GB."""
+    import jax
+
+    from dpjax import study
+    from dpjax.experiments import registry
+
+    exp = registry()["em_fig1"]
+    config = study.resolve_config(exp, {"n_grid": "4000", "s_grid": "10", "large_n": ""}, False)
+    setting = next(iter(exp.settings(config)))
+    per_rep = study._rep_bytes(setting)
+    assert study._auto_chunk(setting, 50, 18.5 * per_rep) == 17
+    assert study._auto_chunk(setting, 50, 50 * per_rep) == 50
+    assert study._auto_chunk(setting, 50, 0.5 * per_rep) == 1
+    assert study._auto_chunk(setting, 7, 3 * per_rep) == 3  # 3 + 3 + 1 -> 3 chunks of 3
+    assert jax.default_backend() == "cpu" and study.default_memory_budget_gb() == 0.25
