@@ -19,20 +19,32 @@ def _exp(mod):
 def test_nldp_settings_stream_users_in_chunks_with_three_kinds_of_levels():
     cfg = resolve_config(_exp(ldp_nldp))
     settings = ldp_nldp.settings(cfg)
-    assert [s.n for s in settings] == list(cfg["n_grid"])  # multiples of the chunk
+    n_panel = settings[: len(cfg["n_grid"])]
+    assert [s.n for s in n_panel] == list(cfg["n_grid"])  # multiples of the chunk
+    # the d and k panels at n_dk; the n panel's (n_dk, d, k) setting is shared, not repeated
+    dk = {(s.n, s.columns["d"], s.columns["k"]) for s in settings}
+    assert len(dk) == len(settings)
+    assert {(cfg["n_dk"], d, cfg["k"]) for d in cfg["d_grid"]} <= dk
+    assert {(cfg["n_dk"], cfg["d"], k) for k in cfg["k_grid"]} <= dk
     for s in settings:
         assert s.plan.num_records == s.n and s.plan.block_size <= cfg["chunk"]
         assert s.estimator.num_steps == s.plan.num_blocks and s.final_only
         eps = [lv["epsilon"] for lv in s.levels]
-        assert eps.count(math.inf) == 1 and len(s.levels) == 2 * len(cfg["eps_grid"]) + 1
+        num_eps = len(cfg["eps_grid"]) if s in n_panel else 1
+        assert eps.count(math.inf) == 1 and len(s.levels) == 2 * num_eps + 1
+        assert s.truth.shape == (s.columns["d"],)
+        assert np.count_nonzero(s.truth) == s.columns["k"]
         lams = [lv["lam"] for lv in s.levels if math.isfinite(lv["epsilon"])]
-        assert sorted(lams)[: len(cfg["eps_grid"])] == [0.0] * len(cfg["eps_grid"])
-        assert all(lv["r"] == pytest.approx(cfg["c_r"] * math.sqrt(cfg["d"] * math.log(s.n)),
+        assert sorted(lams)[:num_eps] == [0.0] * num_eps
+        d = s.columns["d"]
+        assert all(lv["r"] == pytest.approx(cfg["c_r"] * math.sqrt(d * math.log(s.n)),
                                             rel=1e-6) for lv in s.levels)
     with pytest.raises(ConfigError, match="eps_grid"):
         resolve_config(_exp(ldp_nldp), {"eps_grid": "0,1"})
-    with pytest.raises(ValueError, match="k: must be <= d"):
+    with pytest.raises(ValueError, match="must be <= d"):
         resolve_config(_exp(ldp_nldp), {"k": "9"})
+    with pytest.raises(ValueError, match="min\\(d_grid\\)"):
+        resolve_config(_exp(ldp_nldp), {"d_grid": "2,4", "k": "3"})
 
 
 def test_wangxu_settings_pair_the_two_radii_on_the_same_data():
