@@ -210,9 +210,9 @@ def slopes(summary, c) -> list[dict]:
             return
         s, lo, hi = _fit(rows, xkey)
         xs = sorted(r[xkey] for r in rows)
-        px = np.log(xs)
-        py = np.log([pred_x(x) for x in xs])
-        pred = float(np.polyfit(px, py, 1)[0]) if pred_x is not None else math.nan
+        pred = math.nan
+        if pred_x is not None:
+            pred = float(np.polyfit(np.log(xs), np.log([pred_x(x) for x in xs]), 1)[0])
         out.append({"against": against, "method": method, "level": level,
                     "points": len(rows), "x_min": xs[0], "x_max": xs[-1], "slope": s,
                     "ci_low": lo, "ci_high": hi, "theory": theory, "noise_scale_slope": pred,
@@ -292,9 +292,11 @@ def plot(iter_rows, summary, c, path):
                         capsize=3, label=label)
     ns = sorted({r["n"] for r in select(summary, panel="n", method="alg2")})
     for eps in c["eps_grid"]:
-        ax.plot(ns, [M.lower_bound_interactive(n, c["d"], c["k"], eps) for n in ns], ":",
-                color="gray")
-    ax.plot([], [], ":", color="gray", label="SI-LDP lower-bound rate sqrt(dk/(n eps^2))")
+        ax.plot(ns, [M.lower_bound_interactive(n, c["d"], c["k"], eps) for n in ns], "-",
+                color="black", linewidth=0.6)
+    ax.plot([], [], "-", color="black", linewidth=0.6,
+            label="SI-LDP lower-bound rate sqrt(dk/(n eps^2)), eps = " +
+            ", ".join(f"{e:g}" for e in c["eps_grid"]))
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--",
                label="||theta*|| (estimate 0)")
     ax.set_title(f"error vs n (d={c['d']}, k={c['k']}, k'={_k_prime(c, c['k'])})", fontsize=10)
