@@ -27,11 +27,14 @@ def test_child_streams_users_and_reports_the_ledger(alg):
 
 
 def test_slopes_table_and_figure(tmp_path):
-    runs = [{"alg": "alg2", "n": n, "run_s": 2e-6 * n, "peak_rss_mb": 300.0, "users_per_s": 5e5,
-             "compile_s": 1.0, "load": [1.0, 1.0, 1.0], "error": 0.1}
-            for n in (1e5, 1e6, 1e7)]
+    runs = [{"alg": "alg2", "n": n, "run_s": 2e-6 * n, "peak_rss_mb": rss, "users_per_s": 5e5,
+             "compile_s": 1.0, "load": [1.0, 1.0, 1.0], "error": 0.1, "users_per_step": m}
+            for n, rss, m in ((1e5, 200.0, 10**5), (1e6, 300.0, 250_000), (1e7, 300.0, 250_000))]
     sl = ldp_scale.slopes(runs)
-    assert sl["alg2"]["time"] == pytest.approx(1.0) and sl["alg2"]["peak_rss"] == pytest.approx(0)
+    assert sl["alg2"]["time"] == pytest.approx(1.0) and sl["alg2"]["peak_rss"] > 0.05
+    # memory is flat over the points that share the full chunk (below it the chunk is n)
+    assert sl["alg2"]["peak_rss_fixed_chunk"] == pytest.approx(0)
+    assert sl["alg2"]["fixed_chunk_points"] == 2
     res = {"runs": runs + [{"alg": "alg1", "n": 10, "error_message": "timed out"}],
            "slopes": sl, "machine": {"cpu_count": 2}, "load_before": [1, 1, 1], "d": 4}
     ldp_scale.figure(res, tmp_path / "f.png")
