@@ -10,7 +10,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["fit_slope", "loglog_figure", "record_iht", "record_nldp", "select"]
+__all__ = ["fit_slope", "iht_plan", "loglog_figure", "record_iht", "record_nldp", "select"]
 
 
 def record_nldp(state, truth):
@@ -23,6 +23,16 @@ def record_nldp(state, truth):
 def record_iht(state, truth):
     """The l2 error of an LDP-IHT iterate."""
     return {"error": jnp.linalg.norm(state.beta - truth)}
+
+
+def iht_plan(n: int, rounds: int, chunk: int) -> tuple[int, int, int]:
+    """How LDP-IHT streams ``n`` users in ``rounds`` groups of at most ``chunk`` users per
+    step: ``(C, m, n_eff)``, ``C`` chunks of ``m`` users per round (``ldp_iht(...,
+    chunks_per_round=C)``, ``DataPlan(rounds * C, m)``), ``n_eff = rounds C m <= n``."""
+    per_round = n // rounds
+    chunks = max(1, math.ceil(per_round / chunk))
+    m = per_round // chunks
+    return chunks, m, rounds * chunks * m
 
 
 def select(rows: Sequence[Mapping[str, Any]], **where: Any) -> list[Mapping[str, Any]]:

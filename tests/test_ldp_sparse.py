@@ -149,7 +149,7 @@ def test_iht_user_gradients_never_exceed_the_rectified_radius(key):
     rec = (jnp.full((1, d), tau1), jnp.full((1,), -tau2))
     hp = L.IHTHyperparams(*map(jnp.float32, (INF, tau1, tau2, 1.0)))
     _, info = L.ldp_iht(1, kp, batching="disjoint").step(
-        jax.random.fold_in(key, 8), L.IHTState(theta, jnp.int32(0)), rec, hp)
+        jax.random.fold_in(key, 8), L.IHTState(theta, jnp.int32(0), jnp.zeros(d)), rec, hp)
     assert float(info.max_grad_norm) == pytest.approx(LR.ldp_iht_radius(d, kp, tau1, tau2),
                                                       rel=1e-5)
     assert float(info.max_grad_norm) > LR.ldp_iht_radius(d, kp, tau1, tau2,
@@ -286,6 +286,35 @@ def test_ldp_iht_without_noise_is_plain_iht_on_disjoint_groups(key):
         assert int(st.t) == T
 
 
+def test_chunked_rounds_are_the_same_algorithm(key):
+    """chunks_per_round = C streams each round's group as C batches (memory O(n/(T C))):
+    without noise it equals C = 1 with groups of C m users, and with noise the iterates only
+    move at the end of each round and stay k'-sparse and bounded."""
+    T, C, m, d, kp = 3, 4, 50, 8, 3
+    x, y, _ = _data(key, T * C * m, d, noise_sd=0.1)
+    hp = L.IHTHyperparams(*map(jnp.float32, (INF, 2.0, 2.0, 1.0)))
+    one = _run(L.ldp_iht(T, kp, batching="disjoint"), key, (x, y), hp, d)
+    est = L.ldp_iht(T, kp, batching="disjoint", chunks_per_round=C)
+    assert est.num_steps == T * C
+    chunked = _run(est, key, (x, y), hp, d)
+    np.testing.assert_allclose(np.asarray(chunked.beta), np.asarray(one.beta), rtol=1e-5,
+                               atol=1e-6)
+    assert int(chunked.t) == T * C and not np.asarray(chunked.g_sum).any()
+    hp = L.IHTHyperparams(*map(jnp.float32, (0.5, 2.0, 2.0, 1.0)))
+    _, betas = jax.jit(base.run, static_argnums=(0, 5))(
+        est, key, (x, y), est.init(jnp.zeros(d)), hp, lambda s, i: s.beta)
+    betas = np.asarray(betas)
+    for t in range(T * C):  # theta changes only at a round's last chunk
+        prev = betas[t - 1] if t else np.zeros(d)
+        assert np.array_equal(betas[t], prev) == ((t + 1) % C != 0)
+    assert (np.count_nonzero(betas, axis=1) <= kp).all()
+    assert (np.linalg.norm(betas, axis=1) <= 1 + 1e-5).all()
+    with pytest.raises(ValueError, match="needs batching='disjoint'"):
+        L.ldp_iht(T, kp, chunks_per_round=2)
+    with pytest.raises(ValueError, match="chunks_per_round must be"):
+        L.ldp_iht(T, kp, batching="disjoint", chunks_per_round=0)
+
+
 def test_plain_iht_converges_linearly_on_isotropic_data(key):
     n, d, k = 4000, 30, 2
     x, y, theta = _data(key, n, d, k, noise_sd=0.0)
@@ -379,7 +408,8 @@ def test_wang_xu_literal_radius_shrinks_admissible_gradients(key):
     steps = {}
     for i, variant in enumerate(("rectified", "wang_xu_2021_literal")):
         est = L.ldp_iht(1, d, theta_norm=big, variant=variant, batching="disjoint")
-        st, _ = est.step(jax.random.fold_in(key, i), L.IHTState(theta, jnp.int32(0)), rec, hp)
+        st, _ = est.step(jax.random.fold_in(key, i),
+                         L.IHTState(theta, jnp.int32(0), jnp.zeros(d)), rec, hp)
         steps[variant] = np.asarray(theta - st.beta, np.float64) / eta  # the reported gradient
     np.testing.assert_allclose(steps["rectified"], grad, rtol=1e-3)
     lit = steps["wang_xu_2021_literal"]

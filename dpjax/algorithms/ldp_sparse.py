@@ -531,7 +531,8 @@ class IHTHyperparams(NamedTuple):
 
 class IHTState(NamedTuple):
     beta: jax.Array  # (d,) theta_t: k'-sparse, ||theta_t|| <= theta_norm
-    t: jax.Array  # () int32 rounds done (selects the user group under full batching)
+    t: jax.Array  # () int32 steps done (full batching: rounds, selecting the user group)
+    g_sum: jax.Array  # (d,) sum of the current round's reports so far (chunked rounds; else 0)
 
 
 class IHTInfo(NamedTuple):
@@ -571,7 +572,8 @@ def _group(x, y, t, num_steps):
 @functools.cache
 def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
             variant: Literal["rectified", "wang_xu_2021_literal"] = "rectified",
-            batching: Literal["full", "disjoint"] = "full") -> Estimator:
+            batching: Literal["full", "disjoint"] = "full",
+            chunks_per_round: int = 1) -> Estimator:
     r"""LDP iterative hard thresholding: Algorithm 2 (``theta_norm = 1``) or 4 (``= 2``).
 
     Round ``t`` (one step): the users of group ``S_t`` shrink their record (``tau1``,
@@ -602,6 +604,12 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
             sliced inside the step, the remainder ``n mod T`` joins the last group (padded
             slice, masked; no user dropped). ``"disjoint"``: step ``t`` gets its group as the
             batch (:func:`dpjax.base.split_batches`, or a streamed ``batch(t)``; equal groups).
+        chunks_per_round: ``C >= 1`` (``batching="disjoint"`` only): each round's group arrives
+            as ``C`` consecutive disjoint batches, one step each (``num_steps = T C`` steps;
+            a streamed ``batch(s)`` then holds ``O(n / (T C))`` users at a time, so memory does
+            not grow with ``n``). Steps add their users' reports to ``g_sum``; the last step of
+            a round divides by the round's ``C m`` users (public) and updates ``theta``. The
+            same algorithm as ``C = 1`` with groups of ``C m`` users.
 
     Privacy: eps sequentially-interactive LDP per user for any ``eps > 0`` (Thms 7, 34): each
     user releases once, in its own round. ``epsilon = inf``: the identity randomizer (plain
@@ -618,11 +626,18 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
                          f"got {variant!r}")
     if batching not in ("full", "disjoint"):
         raise ValueError(f"batching must be 'full' or 'disjoint'; got {batching!r}")
+    if not isinstance(chunks_per_round, int) or chunks_per_round < 1:
+        raise ValueError(f"chunks_per_round must be an integer >= 1; got {chunks_per_round!r}")
+    if chunks_per_round > 1 and batching != "disjoint":
+        raise ValueError("chunks_per_round > 1 needs batching='disjoint' (the chunks are the "
+                         "steps' batches)")
+    chunks = chunks_per_round
     name = ("ldp-iht" if theta_norm == 1.0 else f"ldp-iht/R={theta_norm:g}") + (
         "/wang-xu-literal" if variant == "wang_xu_2021_literal" else "")
 
     def init(params0):
-        return IHTState(jnp.zeros_like(params0), jnp.zeros((), jnp.int32))
+        return IHTState(jnp.zeros_like(params0), jnp.zeros((), jnp.int32),
+                        jnp.zeros_like(params0))
 
     def step(key, state, data, hp):
         x, y = data
@@ -641,13 +656,18 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
                                 variant=variant)
         reports, event = local_mechanism(
             key, BoundedStatistic(grads, radius, "l2", "local"), l2_ball_mechanism, hp.epsilon)
-        g_bar = jnp.sum(jnp.where(valid[:, None], reports, 0), axis=0) / jnp.asarray(size,
-                                                                                    x.dtype)
+        g_sum = state.g_sum + jnp.sum(jnp.where(valid[:, None], reports, 0), axis=0)
+        g_bar = g_sum / (jnp.asarray(size, x.dtype) * chunks)  # the round's users: public
         beta = project_l2(trunc(theta - hp.eta * g_bar, k_prime), theta_norm)
         norms = jnp.sqrt(jnp.sum(jnp.square(grads), axis=1))
         info = IHTInfo(jnp.max(jnp.where(valid, norms, 0)), jnp.asarray(radius, x.dtype),
                        (event,))
-        return IHTState(beta, state.t + 1), info
+        if chunks == 1:
+            return IHTState(beta, state.t + 1, jnp.zeros_like(g_sum)), info
+        # mid-round steps only accumulate; the round's last step updates theta
+        end = (state.t + 1) % chunks == 0
+        return IHTState(jnp.where(end, beta, theta), state.t + 1,
+                        jnp.where(end, jnp.zeros_like(g_sum), g_sum)), info
 
     def ledger(n, hp, events):
         (ev,) = events
@@ -668,7 +688,8 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
         return Ledger.build(name, [rel], "parallel", variant=label, relation="local",
                             requested=ApproxDP(eps, 0.0), notes=notes)
 
-    return Estimator(name, init, step, num_steps=num_steps, batching=batching, ledger=ledger)
+    return Estimator(name, init, step, num_steps=num_steps * chunks, batching=batching,
+                     ledger=ledger)
 
 
 # --------------------------------------------------------------------------------------------
