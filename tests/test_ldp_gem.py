@@ -229,3 +229,17 @@ def test_invalid_inputs_are_rejected():
         G.ldp_gem(model, T, "thm2")
     r = _fit(0, 0.5, s_rule="explicit", s=2.0)
     assert np.isfinite(r.estimate).all()
+
+
+def test_disjoint_batching_is_the_same_estimator_on_equal_groups():
+    """With ``n`` a multiple of ``T`` the two batchings make the same groups and draw the same
+    noise (round ``t``'s key, one subkey per user), so their runs are identical."""
+    model = GaussianMixture(0.5)
+    data = _data(model, 5, n=300)
+    hp = _hp(0.5, delta=1.0 / 300)
+    runs = [base.fit(G.ldp_gem(model, T, batching=b), 3, data, BETA * 0.5, hp, n=300)
+            for b in ("full", "disjoint")]
+    np.testing.assert_array_equal(runs[0].trace, runs[1].trace)
+    assert runs[0].ledger.approx_dp == runs[1].ledger.approx_dp
+    with pytest.raises(ValueError, match="batching"):
+        G.ldp_gem(model, T, batching="stream")

@@ -407,15 +407,19 @@ def _user_group(data: Any, t: jax.Array, num_iterations: int, n: int):
     return batch, jnp.arange(m_max) < size, size
 
 
-def _make_ldp_step(model: Any, num_iterations: int, s_rule: LDPSRule):
+def _make_ldp_step(model: Any, num_iterations: int, s_rule: LDPSRule, batching: str):
     def step(key, state: LDPGEMState, data, hp: LDPGEMHyperparams):
         beta = state.beta
         n, d = model.num_records(data), beta.shape[0]
-        if n < num_iterations:
-            raise ValueError(f"n = {n} users cannot form num_iterations = {num_iterations} "
-                             "non-empty groups")
-        batch, valid, size = _user_group(data, state.t, num_iterations, n)
-        s, beta_s = ldp_smoothing_parameters(s_rule, n // num_iterations, d, hp)
+        if batching == "disjoint":  # data is this round's group already
+            batch, valid, size, m = data, jnp.ones((n,), bool), jnp.asarray(n), n
+        else:
+            if n < num_iterations:
+                raise ValueError(f"n = {n} users cannot form num_iterations = "
+                                 f"{num_iterations} non-empty groups")
+            batch, valid, size = _user_group(data, state.t, num_iterations, n)
+            m = n // num_iterations
+        s, beta_s = ldp_smoothing_parameters(s_rule, m, d, hp)
         # each user releases once: the whole per-user budget rho = eps~^2 on this one report
         rho = jnp.square(eps_tilde(hp.epsilon, hp.delta))
         reports, ev = local_mechanism(key, local_gradient_scores(model, beta, batch, s, beta_s),
@@ -435,7 +439,8 @@ def _ldp_init(beta0: Any) -> LDPGEMState:
 
 
 @functools.lru_cache(maxsize=512)
-def ldp_gem(model: Any, num_iterations: int, s_rule: LDPSRule = "ldp") -> Estimator:
+def ldp_gem(model: Any, num_iterations: int, s_rule: LDPSRule = "ldp",
+            batching: Literal["full", "disjoint"] = "full") -> Estimator:
     r"""Local-DP gradient EM (**ours**: beyond the paper, whose local-DP result, App F, covers
     the 1-D mean only; issue 13 item 7).
 
@@ -472,14 +477,21 @@ def ldp_gem(model: Any, num_iterations: int, s_rule: LDPSRule = "ldp") -> Estima
         model: a model with ``per_sample_gradients`` (hashable, bound statically).
         num_iterations: ``T``, the number of rounds = user groups (static).
         s_rule: ``"ldp"`` (default) or ``"explicit"`` (``hparams.s``).
+        batching: ``"full"`` (default): the data set of all ``n`` users; round ``t`` slices its
+            group inside the step (the remainder joins the last group: no user dropped).
+            ``"disjoint"``: step ``t`` receives its group as the batch
+            (:func:`dpjax.base.split_batches`, which keeps ``T floor(n/T)`` users, or a streamed
+            ``batch(t)``, as in the sweep engine); equal groups, ``s`` from the batch size.
     """
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     if s_rule not in LDP_S_RULES:
         raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
+    if batching not in ("full", "disjoint"):
+        raise ValueError(f"batching must be 'full' or 'disjoint'; got {batching!r}")
     name = f"ldp-gem/{model.name}"
     ledger_fn = functools.partial(_ldp_ledger, name, model, num_iterations, s_rule)
-    return Estimator(name, _ldp_init, _make_ldp_step(model, num_iterations, s_rule),
-                     num_iterations, "full", ledger_fn)
+    return Estimator(name, _ldp_init, _make_ldp_step(model, num_iterations, s_rule, batching),
+                     num_iterations, batching, ledger_fn)
 
 
 def _ldp_ledger(name: str, model: Any, num_iterations: int, s_rule: str, n: int, hparams: Any,
@@ -824,9 +836,13 @@ def _register() -> None:
               functools.partial(_example, model, d, seed, "clipped"))
         entry(f"dp-gem-split/{model.name}",
               functools.partial(dp_gem, model, 4, "sigma_consistent", True), robust)
-        # n = 403: not a multiple of T, so the last group carries the remainder
-        entry(f"ldp-gem/{model.name}", functools.partial(ldp_gem, model, 4),
-              functools.partial(_example, model, d, seed, "local", 403))
+        # gmm: the full data set, n = 403 not a multiple of T (the last group carries the
+        # remainder); mor, rmc: one group per step (disjoint batching), which puts the canary
+        # audit's record in the last round, where its one release is not washed out
+        full = model.name == "gmm"
+        entry(f"ldp-gem/{model.name}",
+              functools.partial(ldp_gem, model, 4, "ldp", "full" if full else "disjoint"),
+              functools.partial(_example, model, d, seed, "local", 403 if full else 400))
     exact_k = RegressionMissingCovariates(1.0, 0.2, second_moment="exact_conditional")
     entry(f"dp-gem/{exact_k.name}", functools.partial(dp_gem, exact_k, 4),
           functools.partial(_example, exact_k, 3, 2, "robust"))
