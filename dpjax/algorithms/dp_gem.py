@@ -812,7 +812,9 @@ def _example(model: Any, d: int, seed: int, kind: str, n: int = 400) -> registry
         if kind == "exact-m":
             return DPEMExactHyperparams(f(eps), f(1.0 / n), f(2.0), f(0.05), f(jnp.nan))
         if kind == "local":
-            return LDPGEMHyperparams(f(eps), f(1.0 / n), f(1.0), f(2.0), f(0.05), f(jnp.nan))
+            # each user's delta: 1/n, but at most 1/400 (the one-user-per-round example has n = 4)
+            return LDPGEMHyperparams(f(eps), f(1.0 / max(n, 400)), f(1.0), f(2.0), f(0.05),
+                                     f(jnp.nan))
         return ClippedGEMHyperparams(f(eps), f(1.0 / n), f(1.0), f(1.0))
 
     return registry.Example(data, beta * 0.8, hp)
@@ -837,12 +839,15 @@ def _register() -> None:
         entry(f"dp-gem-split/{model.name}",
               functools.partial(dp_gem, model, 4, "sigma_consistent", True), robust)
         # gmm: the full data set, n = 403 not a multiple of T (the last group carries the
-        # remainder); mor, rmc: one group per step (disjoint batching), which puts the canary
-        # audit's record in the last round, where its one release is not washed out
-        full = model.name == "gmm"
-        entry(f"ldp-gem/{model.name}",
-              functools.partial(ldp_gem, model, 4, "ldp", "full" if full else "disjoint"),
-              functools.partial(_example, model, d, seed, "local", 403 if full else 400))
+        # remainder); rmc: one group per step (disjoint batching), which puts the canary
+        # audit's record in the last round; mor: groups of ONE user (n = T = 4), so the
+        # released iterate moves by that user's whole report and the canary audit tests the
+        # per-user local guarantee itself (with m users a round's mean is about sqrt(m) times
+        # more private than each report, beyond what an audit of the iterate can see)
+        batching, n_users = {"gmm": ("full", 403), "mor": ("disjoint", 4)}.get(
+            model.name, ("disjoint", 400))
+        entry(f"ldp-gem/{model.name}", functools.partial(ldp_gem, model, 4, "ldp", batching),
+              functools.partial(_example, model, d, seed, "local", n_users))
     exact_k = RegressionMissingCovariates(1.0, 0.2, second_moment="exact_conditional")
     entry(f"dp-gem/{exact_k.name}", functools.partial(dp_gem, exact_k, 4),
           functools.partial(_example, exact_k, 3, 2, "robust"))
