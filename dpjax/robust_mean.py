@@ -468,14 +468,24 @@ def robust_mean_statistic(x: Any, s: Any, beta_smooth: Any) -> BoundedStatistic:
 def local_scores(x: Any, s: Any, beta_smooth: Any) -> BoundedStatistic:
     r"""Per-user scores :math:`\psi_{s,\beta}(x_i)` for local DP (spec 002 eq. 38).
 
-    ``relation="local"``: the sensitivity bounds the range of one user's value, here
-    ``2 psi_bound(s) = (4 sqrt2 / 3) s`` (any two records' scores differ by at most that).
+    ``relation="local"``: the sensitivity bounds the range of one user's value. For ``x`` of
+    shape ``(n,)`` (one number per user) it is ``2 psi_bound(s) = (4 sqrt2 / 3) s`` (any two
+    records' scores differ by at most that). For ``x`` of shape ``(n, d)`` (a ``d``-vector per
+    user, scored coordinate-wise as in spec 002 eq. 16) it is the l2 range of one user's
+    ``d``-vector of scores, ``sqrt(d) (4 sqrt2 / 3) s`` (every coordinate may move by the full
+    range at once).
     """
     x = jnp.asarray(x)
-    if x.ndim != 1 or x.shape[0] < 1:
-        raise ValueError(f"x must have shape (n,) with n >= 1; got {x.shape}")
-    scores = psi(x, s, beta_smooth)
+    if x.ndim not in (1, 2) or x.shape[0] < 1:
+        raise ValueError(f"x must have shape (n,) or (n, d) with n >= 1; got {x.shape}")
+    if x.ndim == 1:
+        scores = psi(x, s, beta_smooth)
+    else:
+        _check_psi_params(s, beta_smooth)
+        scores = _psi_columns(*_as_float_arrays(x, s, beta_smooth))
     diameter = 2.0 * psi_bound(jnp.asarray(s, scores.dtype))
+    if x.ndim == 2:
+        diameter = diameter * math.sqrt(x.shape[1])
     return BoundedStatistic(scores, diameter, "l2", "local")
 
 

@@ -30,11 +30,12 @@ from dpjax.sweep import DataPlan, Setting
 
 INF = math.inf
 MODELS = ("gmm", "mrm", "rmc")
-METHODS = ("dp-gem", "clipped-gem", "dp-em-exact", "dp-gem-split")
+METHODS = ("dp-gem", "clipped-gem", "dp-em-exact", "dp-gem-split", "ldp-gem")
 MODEL_TITLES = {"gmm": "Gaussian mixture", "mrm": "mixture of regressions",
                 "rmc": "regression with missing covariates"}
 METHOD_LABELS = {"dp-gem": "Alg 2 (DP gradient EM)", "clipped-gem": "Alg 1 (clipped)",
-                 "dp-em-exact": "Alg 3 (DP EM)", "dp-gem-split": "Alg 2, sample split (ours)"}
+                 "dp-em-exact": "Alg 3 (DP EM)", "dp-gem-split": "Alg 2, sample split (ours)",
+                 "ldp-gem": "local-DP gradient EM (ours)"}
 # every level carries every field (0 where a method does not read it): uniform result columns
 LEVEL_FIELDS = ("epsilon", "delta", "eta", "tau", "zeta", "s", "clip")
 
@@ -115,16 +116,19 @@ def method_setting(method: str, model_name: str, n: int, d: int, levels: Sequenc
         est, hp_type = dp_gem.clipped_gem(model, T), dp_gem.ClippedGEMHyperparams
     elif method == "dp-em-exact":
         est, hp_type = dp_gem.dp_exact_em(model, T), dp_gem.DPEMExactHyperparams
+    elif method == "ldp-gem":  # one disjoint user group per round, generated round by round
+        est, hp_type = dp_gem.ldp_gem(model, T, batching="disjoint"), dp_gem.LDPGEMHyperparams
     else:
         raise ConfigError(f"--set methods: must be among {', '.join(METHODS)}; got {method!r}")
-    split = method == "dp-gem-split"
+    split = method in ("dp-gem-split", "ldp-gem")
     return Setting(
         key=f"{method},{model_name},n={n},d={d},T={T}",
         columns={"method": method, "model": model_name, "n": n, "d": d, "T": T},
         estimator=est, simulate=model.simulate, init=RandomInit(), record=GemError(),
         truth=dense_beta(d, c["snr"], c["sigma"]),
         plan=DataPlan(T, n // T) if split else DataPlan(1, n),
-        hparams_type=hp_type, levels=tuple(levels), n=n,
+        hparams_type=hp_type, levels=tuple(levels),
+        n=T * (n // T) if method == "ldp-gem" else n,  # the users the groups hold
         data_group=f"{model_name},n={n},d={d}",
     )
 

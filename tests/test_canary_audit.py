@@ -167,7 +167,7 @@ CAUGHT = {
     "mechanism/gaussian-classic": NOISE, "ld-dp-em/gmm": NOISE, "clipped-gem/gmm": NOISE,
     "dp-gem/mor": NOISE, "clipped-gem/mor": NOISE, "dp-gem/rmc": NOISE,
     "clipped-gem/rmc": NOISE, "dp-2s-gd/paper": NOISE, "dp-2s-gd/tight": NOISE,
-    "dp-mean": NOISE,
+    "dp-mean": NOISE, "ldp-gem/mor": NOISE,
 }
 
 

@@ -13,7 +13,7 @@ from dpjax.experiments._gem_common import fit_loglog, oracle_tau
 from dpjax.study import ConfigError, resolve_config
 
 NAMES = ["gem_fig1", "gem_fig2", "gem_fig3", "gem_fig4", "gem_fig6", "gem_fig7", "gem_fig8",
-         "gem_fig9", "gem_fig10", "gem_mean", "gem_slopes", "gem_adult"]
+         "gem_fig9", "gem_fig10", "gem_mean", "gem_slopes", "gem_adult", "gem_local"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -44,13 +44,20 @@ spec 002 A10: the faithful version), for every model of :mod:`dpjax.models` that
   l2 sensitivity ``2 C / n`` and budget ``eps~^2 / T`` per iteration (spec 002's recommended
   calibration: noise std ``(2C/n) sqrt(T / (2 eps~^2))``), then ``beta + eta * release``.
 
-Privacy (replace-one): every release is a Gaussian mechanism on a statistic whose sensitivity
-holds for every input (``psi`` is clamped to ``+-2 sqrt2 s / 3``; ``clip_l2`` sanitises), given
-the previous public iterate; the ``d T`` (resp. ``T``) releases compose adaptively to
-``rho = eps~^2``-zCDP, which the Bun-Steinke conversion turns back into exactly
-``(epsilon, delta)``-DP (``eps~^2 + 2 eps~ sqrt(log(1/delta)) = epsilon``). The ledger is composed
-from the events the run drew. ``epsilon = inf`` gives ``eps~ = inf``: exactly zero noise, and
-(for the rule-based ``s``) ``s = inf``, i.e. ``psi`` is the identity -- the non-private gradient
+* :func:`ldp_gem` -- **local-DP gradient EM, ours** (not in the paper, whose local-DP result
+  covers the 1-D mean only): the users are split into ``T`` disjoint groups, each user of group
+  ``t`` releases its ``d``-vector of ``psi``-scored gradients at the public iterate once, with
+  its own Gaussian noise calibrated to the vector's l2 range for ``(epsilon, delta)``-LDP, and
+  the server steps along the group's average. Its ledger states each user's local guarantee.
+
+Privacy of Algorithms 1-3 (replace-one; :func:`ldp_gem` is local, see there): every release
+is a Gaussian mechanism on a statistic whose sensitivity holds for every input (``psi`` is
+clamped to ``+-2 sqrt2 s / 3``; ``clip_l2`` sanitises), given the previous public iterate; the
+``d T`` (resp. ``T``) releases compose adaptively to ``rho = eps~^2``-zCDP, which the
+Bun-Steinke conversion turns back into exactly ``(epsilon, delta)``-DP
+(``eps~^2 + 2 eps~ sqrt(log(1/delta)) = epsilon``). The ledger is composed from the events the
+run drew. ``epsilon = inf`` gives ``eps~ = inf``: exactly zero noise, and (for the rule-based
+``s``) ``s = inf``, i.e. ``psi`` is the identity -- the non-private gradient
 EM of Balakrishnan et al. (2017) on the full data.
 """
 
@@ -70,13 +77,15 @@ from dpjax import _validate, registry
 from dpjax.accounting import ApproxDP, Ledger, Release
 from dpjax.base import Estimator, FitResult, as_key, fit
 from dpjax.mechanisms import (
+    BoundedStatistic,
     PrivacyEvent,
     bounded_mean,
     clip_l2,
     gaussian_mechanism_zcdp,
+    local_mechanism,
 )
 from dpjax.models.protocol import EMModel
-from dpjax.robust_mean import robust_mean_statistic
+from dpjax.robust_mean import local_scores, robust_mean_statistic
 
 __all__ = [
     "ClippedGEMHyperparams",
@@ -84,6 +93,9 @@ __all__ = [
     "DPGEMHyperparams",
     "GEMInfo",
     "GEMState",
+    "LDPGEMHyperparams",
+    "LDPGEMState",
+    "LDP_S_RULES",
     "S_RULES",
     "clipped_gem",
     "dp_exact_em",
@@ -92,6 +104,11 @@ __all__ = [
     "fit_clipped_gem",
     "fit_dp_exact_em",
     "fit_dp_gem",
+    "fit_ldp_gem",
+    "ldp_gem",
+    "ldp_smoothing_parameters",
+    "ldp_user_groups",
+    "local_gradient_scores",
     "smoothing_parameters",
 ]
 
@@ -302,6 +319,210 @@ def clipped_gem(model: Any, num_iterations: int) -> Estimator:
     ledger_fn = functools.partial(_ledger, name, "clipped", model, num_iterations, None)
     return Estimator(name, _init, _make_clipped_step(model, num_iterations), num_iterations,
                      "full", ledger_fn)
+
+
+# --------------------------------------------------------------------------------------------
+# Local-DP gradient EM (ours: beyond the paper, whose local-DP result covers the 1-D mean only)
+# --------------------------------------------------------------------------------------------
+
+LDPSRule = Literal["ldp", "explicit"]
+LDP_S_RULES: tuple[str, ...] = ("ldp", "explicit")
+
+
+class LDPGEMHyperparams(NamedTuple):
+    """Swept hyperparameters of the local-DP gradient EM (:func:`ldp_gem`)."""
+
+    epsilon: jax.Array  # () each user's budget (one release per user); inf: non-private
+    delta: jax.Array  # () each user's delta
+    eta: jax.Array  # () step size
+    tau: jax.Array  # () public bound on the per-coordinate second moment of grad q_i
+    zeta: jax.Array  # () failure probability (sets beta_s)
+    s: jax.Array  # () truncation scale; read only with s_rule="explicit" (else NaN)
+
+
+class LDPGEMState(NamedTuple):
+    beta: jax.Array  # (d,) current iterate (public: built from earlier groups' releases)
+    t: jax.Array  # () int32, the user group of the next step
+
+
+def ldp_user_groups(n: int, num_iterations: int) -> tuple[int, ...]:
+    """The public group sizes of :func:`ldp_gem`: ``T`` consecutive index blocks of
+    ``floor(n/T)`` users, the remainder ``n mod T`` joining the last block (no user dropped)."""
+    n = _validate.check_int_in_range(n, "n", 1)
+    num_iterations = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    if n < num_iterations:
+        raise ValueError(f"n = {n} users cannot form num_iterations = {num_iterations} "
+                         "non-empty groups")
+    m0 = n // num_iterations
+    return (m0,) * (num_iterations - 1) + (m0 + n % num_iterations,)
+
+
+def ldp_smoothing_parameters(s_rule: LDPSRule, m: int, d: int, hp: LDPGEMHyperparams
+                             ) -> tuple[jax.Array, jax.Array]:
+    r"""``(s, beta_s)`` of the local-DP gradient EM for groups of ``m`` users in dimension ``d``.
+
+    ``beta_s = sqrt(log(d / zeta))`` (as Algorithm 2) and, for ``s_rule="ldp"`` (default),
+    ``s = sqrt(sqrt(m) tau eps~) / (2 beta_s)``: Algorithm 2's sigma-consistent rule with
+    ``n`` replaced by ``sqrt(m)``, the substitution spec 002 A5 makes for the local 1-D mean
+    (the server averages ``m`` independent user noises, so the noise in the average falls like
+    ``s / (eps~ sqrt(m))`` instead of ``s / (eps~ n)``; balancing it against the truncation
+    bias ``tau / s`` gives ``s ~ (m tau^2 eps~^2)^(1/4)``). Ours, not the paper's.
+    ``s_rule="explicit"`` reads ``hp.s``. ``epsilon = inf`` gives ``s = inf`` with ``"ldp"``.
+    """
+    et = eps_tilde(hp.epsilon, hp.delta)
+    dtype = et.dtype
+    beta_s = jnp.sqrt(jnp.log(d / jnp.asarray(hp.zeta, dtype)))
+    if s_rule == "ldp":
+        s = jnp.sqrt(math.sqrt(m) * jnp.asarray(hp.tau, dtype) * et) / (2.0 * beta_s)
+    elif s_rule == "explicit":
+        s = jnp.asarray(hp.s, dtype)
+    else:
+        raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
+    return s, beta_s
+
+
+def local_gradient_scores(model: Any, beta: jax.Array, data: Any, s: Any, beta_s: Any
+                          ) -> BoundedStatistic:
+    r"""Every user's coordinate-wise robust gradient, ready for a local mechanism.
+
+    Row ``i`` is the ``d``-vector :math:`(\psi_{s,\beta_s}(\nabla_j q_i(\beta;\beta)))_j` of
+    user ``i`` (:func:`dpjax.robust_mean.local_scores` of the per-sample gradients), with
+    relation ``"local"`` and the l2 range of one user's vector,
+    ``sqrt(d) (4 sqrt2 / 3) s`` (each coordinate lies in ``[-2 sqrt2 s/3, 2 sqrt2 s/3]`` whatever
+    the record: ``psi`` is clamped and maps NaN to 0).
+    """
+    return local_scores(model.per_sample_gradients(beta, data), s, beta_s)
+
+
+def _user_group(data: Any, t: jax.Array, num_iterations: int, n: int):
+    """Group ``t`` of :func:`ldp_user_groups` as ``m_max = floor(n/T) + n mod T`` rows from
+    ``t floor(n/T)``, with its validity mask and size (rows past the group, only for
+    ``t < T - 1``, belong to the next group and are masked out)."""
+    m0 = n // num_iterations
+    m_max = m0 + n % num_iterations
+    start = t * m0
+    batch = jax.tree_util.tree_map(
+        lambda x: jax.lax.dynamic_slice_in_dim(x, start, m_max), data)
+    size = jnp.where(t == num_iterations - 1, m_max, m0)
+    return batch, jnp.arange(m_max) < size, size
+
+
+def _make_ldp_step(model: Any, num_iterations: int, s_rule: LDPSRule, batching: str):
+    def step(key, state: LDPGEMState, data, hp: LDPGEMHyperparams):
+        beta = state.beta
+        n, d = model.num_records(data), beta.shape[0]
+        if batching == "disjoint":  # data is this round's group already
+            batch, valid, size, m = data, jnp.ones((n,), bool), jnp.asarray(n), n
+        else:
+            if n < num_iterations:
+                raise ValueError(f"n = {n} users cannot form num_iterations = "
+                                 f"{num_iterations} non-empty groups")
+            batch, valid, size = _user_group(data, state.t, num_iterations, n)
+            m = n // num_iterations
+        s, beta_s = ldp_smoothing_parameters(s_rule, m, d, hp)
+        # each user releases once: the whole per-user budget rho = eps~^2 on this one report
+        rho = jnp.square(eps_tilde(hp.epsilon, hp.delta))
+        reports, ev = local_mechanism(key, local_gradient_scores(model, beta, batch, s, beta_s),
+                                      gaussian_mechanism_zcdp, rho)
+        reports = jnp.where(valid[:, None], reports.astype(beta.dtype), 0.0)
+        g = jnp.sum(reports, axis=0) / size.astype(beta.dtype)  # a public group size
+        new = beta + jnp.asarray(hp.eta, beta.dtype) * g
+        return (LDPGEMState(new, state.t + 1),
+                GEMInfo(ev.scale.astype(beta.dtype), s.astype(beta.dtype), (ev,)))
+
+    return step
+
+
+def _ldp_init(beta0: Any) -> LDPGEMState:
+    return LDPGEMState(jnp.asarray(beta0, dtype=jnp.result_type(float)),
+                       jnp.zeros((), jnp.int32))
+
+
+@functools.lru_cache(maxsize=512)
+def ldp_gem(model: Any, num_iterations: int, s_rule: LDPSRule = "ldp",
+            batching: Literal["full", "disjoint"] = "full") -> Estimator:
+    r"""Local-DP gradient EM (**ours**: beyond the paper, whose local-DP result, App F, covers
+    the 1-D mean only; issue 13 item 7).
+
+    The ``n`` users are split into ``T`` disjoint groups of consecutive indices
+    (:func:`ldp_user_groups`: ``floor(n/T)`` users each, the remainder ``n mod T`` joining the
+    last group, so no user is dropped). In round ``t`` the server publishes ``beta^{t-1}``;
+    every user ``i`` of group ``t`` computes the coordinate-wise score vector
+    ``psi_{s,beta_s}(grad q_i(beta^{t-1}; beta^{t-1}))`` (:func:`local_gradient_scores`) and
+    releases it once, with its own Gaussian noise:
+
+    .. math::
+
+        r_i = \big(\psi_{s,\beta_s}(\nabla_j q_i(\beta^{t-1};\beta^{t-1}))\big)_{j \le d}
+              + N(0, \sigma_{loc}^2 I_d), \qquad
+        \sigma_{loc} = \frac{\sqrt d\,(4\sqrt2/3)\, s}{\sqrt{2\rho}}, \quad
+        \rho = \tilde\varepsilon^2,
+
+    and the server steps :math:`\beta^t = \beta^{t-1} + \eta\, \frac{1}{|G_t|}\sum_{i\in G_t}
+    r_i` (``|G_t|`` public). ``s`` from :func:`ldp_smoothing_parameters` with ``m =
+    floor(n/T)`` (the same ``s`` in every round), ``beta_s = sqrt(log(d/zeta))``.
+
+    Privacy (local relation: one user's record replaced by any other): each report is a
+    Gaussian mechanism on a vector whose l2 range is ``sqrt(d) (4 sqrt2/3) s`` for every record
+    (``psi`` is clamped), calibrated for ``rho = eps~^2``-zCDP, which the Bun-Steinke conversion
+    turns into exactly ``(epsilon, delta)``; each user releases once and the iterate it sees is
+    post-processing of the other groups' reports, so every user's guarantee is
+    ``(epsilon, delta)``-LDP (sequentially interactive), with no composition across users or
+    rounds. The zCDP calibration is valid for every ``epsilon > 0`` (unlike the classic one of
+    the paper's Thm 8, proven for ``epsilon <= 1``), and matches Algorithm 2's accounting, so the
+    two compare at the same ``(epsilon, delta)``. ``epsilon = inf``: no noise and (with
+    ``s_rule="ldp"``) ``s = inf``, i.e. non-private minibatch gradient EM on the same groups.
+
+    Args:
+        model: a model with ``per_sample_gradients`` (hashable, bound statically).
+        num_iterations: ``T``, the number of rounds = user groups (static).
+        s_rule: ``"ldp"`` (default) or ``"explicit"`` (``hparams.s``).
+        batching: ``"full"`` (default): the data set of all ``n`` users; round ``t`` slices its
+            group inside the step (the remainder joins the last group: no user dropped).
+            ``"disjoint"``: step ``t`` receives its group as the batch
+            (:func:`dpjax.base.split_batches`, which keeps ``T floor(n/T)`` users, or a streamed
+            ``batch(t)``, as in the sweep engine); equal groups, ``s`` from the batch size.
+    """
+    _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    if s_rule not in LDP_S_RULES:
+        raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
+    if batching not in ("full", "disjoint"):
+        raise ValueError(f"batching must be 'full' or 'disjoint'; got {batching!r}")
+    name = f"ldp-gem/{model.name}"
+    ledger_fn = functools.partial(_ldp_ledger, name, model, num_iterations, s_rule)
+    return Estimator(name, _ldp_init, _make_ldp_step(model, num_iterations, s_rule, batching),
+                     num_iterations, batching, ledger_fn)
+
+
+def _ldp_ledger(name: str, model: Any, num_iterations: int, s_rule: str, n: int, hparams: Any,
+                events: tuple[PrivacyEvent, ...]) -> Ledger:
+    """Each user's guarantee: the one report of that user (the ``T`` stacked events are the
+    ``T`` groups' reports, one event per round standing for every user of its group), composed
+    in parallel (disjoint users) and converted from zCDP by Bun-Steinke."""
+    (ev,) = events
+    eps = float(np.asarray(hparams.epsilon))
+    delta = float(np.asarray(hparams.delta))
+    sizes = ldp_user_groups(n, num_iterations)
+    statistic = ("one user's d-vector (psi_{s,beta_s}(grad_j q_i(beta^t; beta^t)))_j; l2 range "
+                 "sqrt(d) (4 sqrt2/3) s")
+    data = (f"each user once, in its group's round ({num_iterations} disjoint groups of "
+            f"{sizes[0]} users, the last {sizes[-1]})")
+    notes = [
+        "local DP, ours (not in the paper): each user releases one noisy robust gradient, in "
+        "its own round; the iterate it is computed at is public (post-processing of earlier "
+        "rounds), so nothing composes across users or rounds",
+        f"n = {n}, T = {num_iterations}, eta = {float(np.asarray(hparams.eta)):g}; "
+        f"s_rule = {s_rule!r}, tau = {float(np.asarray(hparams.tau)):g}, zeta = "
+        f"{float(np.asarray(hparams.zeta)):g}",
+    ]
+    if getattr(model, "weights", "exact") == "paper":
+        notes.append("paper-literal posterior weights (biased, still DP)")
+    if getattr(model, "second_moment", "paper") == "exact_conditional":
+        notes.append("exact conditional K (spec 002 A4), not the printed one")
+    return Ledger.build(name, [Release.from_event(ev, statistic, data)], "parallel",
+                        variant="corrected", relation="local",
+                        requested=ApproxDP(eps, delta), delta=delta,
+                        conversion="bun-steinke", notes=notes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -533,13 +754,54 @@ def fit_clipped_gem(
                 on_invalid, dict(clip=clip))
 
 
+def fit_ldp_gem(
+    key: Any, data: Any, model: Any, *, epsilon: Any, delta: Any, num_iterations: int,
+    beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05, s_rule: LDPSRule = "ldp",
+    s: Any = None, on_invalid: str = "raise",
+) -> FitResult:
+    """Fit the local-DP gradient EM (:func:`ldp_gem`; ours, not in the paper) to one data set
+    of ``n`` users, one record each.
+
+    Arguments as :func:`fit_dp_gem`, except: ``epsilon`` and ``delta`` are each user's local
+    budget (every user releases once); ``num_iterations`` ``T`` is also the number of user
+    groups (needs ``n >= T``; the remainder ``n mod T`` joins the last group); ``s_rule`` is
+    ``"ldp"`` (default, :func:`ldp_smoothing_parameters`) or ``"explicit"``.
+
+    Returns:
+        :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) delivers exactly
+        ``(epsilon, delta)`` to every user.
+    """
+    key = as_key(key)
+    if not isinstance(model, EMModel):
+        raise TypeError(f"model must implement dpjax.models.EMModel (per_sample_gradients, ...); "
+                        f"got {type(model).__name__}")
+    _validate.check_on_invalid(on_invalid)
+    data = model.validate_data(data, on_invalid)
+    n, d = model.num_records(data), model.dim(data)
+    num_iterations = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    ldp_user_groups(n, num_iterations)  # raises if n < T
+    eps = _scalar(_validate.check_epsilon(epsilon), "epsilon")
+    dl = _scalar(_validate.check_delta(delta), "delta")
+    if math.isfinite(eps) and dl > 1.0 / n:
+        warnings.warn(
+            f"delta = {dl:g} > 1/n = {1.0 / n:g}: with that per-user delta, some user's record "
+            "may in effect be released outright", _validate.DPJaxWarning, stacklevel=2)
+    _validate.check_positive(eta, "eta")
+    beta0 = _validate.check_array(beta0, "beta0", shape=(d,))
+    if s_rule not in LDP_S_RULES:
+        raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
+    fields = _robust_fields(eps, tau, zeta, "explicit" if s_rule == "explicit" else
+                            "sigma_consistent", s)
+    est = ldp_gem(model, num_iterations, s_rule)
+    return fit(est, key, data, beta0, LDPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n)
+
+
 # --------------------------------------------------------------------------------------------
 # Registry: every estimator with a small example problem (the conformance suite runs over it)
 # --------------------------------------------------------------------------------------------
 
 
-def _example(model: Any, d: int, seed: int, kind: str) -> registry.Example:
-    n = 400
+def _example(model: Any, d: int, seed: int, kind: str, n: int = 400) -> registry.Example:
     beta = np.full(d, 1.0 / np.sqrt(d), np.float32)
     data = model.simulate(jax.random.key(seed), n, jnp.asarray(beta))
 
@@ -549,6 +811,10 @@ def _example(model: Any, d: int, seed: int, kind: str) -> registry.Example:
             return DPGEMHyperparams(f(eps), f(1.0 / n), f(1.0), f(2.0), f(0.05), f(jnp.nan))
         if kind == "exact-m":
             return DPEMExactHyperparams(f(eps), f(1.0 / n), f(2.0), f(0.05), f(jnp.nan))
+        if kind == "local":
+            # each user's delta: 1/n, but at most 1/400 (the one-user-per-round example has n = 4)
+            return LDPGEMHyperparams(f(eps), f(1.0 / max(n, 400)), f(1.0), f(2.0), f(0.05),
+                                     f(jnp.nan))
         return ClippedGEMHyperparams(f(eps), f(1.0 / n), f(1.0), f(1.0))
 
     return registry.Example(data, beta * 0.8, hp)
@@ -572,6 +838,16 @@ def _register() -> None:
               functools.partial(_example, model, d, seed, "clipped"))
         entry(f"dp-gem-split/{model.name}",
               functools.partial(dp_gem, model, 4, "sigma_consistent", True), robust)
+        # gmm: the full data set, n = 403 not a multiple of T (the last group carries the
+        # remainder); rmc: one group per step (disjoint batching), which puts the canary
+        # audit's record in the last round; mor: groups of ONE user (n = T = 4), so the
+        # released iterate moves by that user's whole report and the canary audit tests the
+        # per-user local guarantee itself (with m users a round's mean is about sqrt(m) times
+        # more private than each report, beyond what an audit of the iterate can see)
+        batching, n_users = {"gmm": ("full", 403), "mor": ("disjoint", 4)}.get(
+            model.name, ("disjoint", 400))
+        entry(f"ldp-gem/{model.name}", functools.partial(ldp_gem, model, 4, "ldp", batching),
+              functools.partial(_example, model, d, seed, "local", n_users))
     exact_k = RegressionMissingCovariates(1.0, 0.2, second_moment="exact_conditional")
     entry(f"dp-gem/{exact_k.name}", functools.partial(dp_gem, exact_k, 4),
           functools.partial(_example, exact_k, 3, 2, "robust"))
