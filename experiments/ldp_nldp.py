@@ -139,12 +139,13 @@ def plot(iter_rows, summary, c, path):
             label = ("non-private (clipped)" if math.isinf(eps) else
                      f"eps={eps:g}, " + ("lambda: noise rule" if thr else "lambda=0"))
             curves.append((label, [r["n"] for r in rows], [r["mean"] for r in rows],
-                           [r["se"] for r in rows], "-" if thr else "--"))
+                           [r["se"] for r in rows], "-" if thr else ":",
+                           "nonprivate" if math.isinf(eps) else "dp"))
     ns = sorted({r["n"] for r in summary})
     refs = [(f"lower bound rate sqrt(dk log d/(n eps^2)), eps={e:g}", ns,
              [M.lower_bound_nldp(n, c["d"], c["k"], e) for n in ns]) for e in c["eps_grid"]]
     loglog_figure(curves, path, f"Alg 1 (NLDP), d={c['d']}, k={c['k']}, delta={c['delta']:g}, "
-                  f"c_r={c['c_r']:g}; mean +- 1 s.e.", "n (users)", refs=refs, hline=norm)
+                  f"c_r={c['c_r']:g}", "n (users)", refs=refs, hline=norm)
     write_csv(Path(path).with_name("slopes.csv"), slopes(summary, c))
 
 
