@@ -312,6 +312,15 @@ def caption(panels: Sequence[Panel]) -> str:
     return "; ".join(parts)
 
 
+def _legend_layout(panel: Panel) -> tuple[int, int]:
+    """``(columns, rows)`` of a panel's legend: two columns when it is long and its entries
+    are short enough for two to fit under the axes."""
+    labels = ([_role_label(c.label, c.resolved_role) for c in panel.curves]
+              + [c.legend for c in panel.claims] + [m.label for m in panel.marks if m.label])
+    cols = 2 if len(labels) > 4 and max(map(len, labels)) <= 32 else 1
+    return cols, math.ceil(len(labels) / cols)
+
+
 def draw_panels(
     rows: Sequence[Mapping[str, Any]],
     panels: Sequence[Panel],
@@ -331,11 +340,7 @@ def draw_panels(
     ncols = ncols or min(len(panels), 4)
     nrows = math.ceil(len(panels) / ncols)
     # room for the legends below the axes: about 0.17 inch a legend row
-    def legend_rows(p: Panel) -> int:
-        n = len(p.curves) + len(p.claims) + sum(m.label is not None for m in p.marks)
-        return math.ceil(n / (2 if n > 4 else 1))
-
-    extra = [max((legend_rows(p) for p in panels[r * ncols:(r + 1) * ncols]), default=0)
+    extra = [max((_legend_layout(p)[1] for p in panels[r * ncols:(r + 1) * ncols]), default=0)
              for r in range(nrows)]
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
                              figsize=(4.6 * ncols, sum(3.6 + 0.17 * e for e in extra) + 0.5))
@@ -344,6 +349,7 @@ def draw_panels(
         logx = panel.resolved_logx
         several = sum(c.resolved_role == "nonprivate" for c in panel.curves) > 1
         drawn = 0
+        xs_drawn: set[float] = set()
         for c in panel.curves:
             xs, m, se = curve_stats(rows, c.where, c.x or panel.x, c.y or y)
             keep = np.isfinite(xs) & np.isfinite(m)
@@ -352,6 +358,7 @@ def draw_panels(
             xs, m, se = xs[keep], m[keep], se[keep]
             if xs.size == 0:
                 continue
+            xs_drawn |= set(xs.tolist())
             draw_curve(ax, xs, m, se if c.band else None, c.label, role=c.resolved_role,
                        color=c.color, linestyle=c.linestyle, marker=c.marker,
                        several_nonprivate=several, logy=panel_logy)
@@ -374,13 +381,18 @@ def draw_panels(
             ax.set_yscale("log")
         if logx:
             ax.set_xscale("log")
+            if 1 < len(xs_drawn) <= 8:  # few values (an epsilon grid): label exactly those
+                from matplotlib.ticker import NullFormatter
+
+                ax.set_xticks(sorted(xs_drawn), [f"{v:g}" for v in sorted(xs_drawn)])
+                ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(True, which="both", alpha=0.3)
         if drawn == 0:
             ax.text(0.5, 0.5, "no rows for this panel", transform=ax.transAxes, ha="center",
                     va="center", color="gray")
         entries = len(ax.get_legend_handles_labels()[1])
         if entries:  # below the axes: a legend never hides a curve
-            ax.legend(fontsize=7, ncol=2 if entries > 4 else 1, loc="upper center",
+            ax.legend(fontsize=7, ncol=_legend_layout(panel)[0], loc="upper center",
                       bbox_to_anchor=(0.5, -0.17), frameon=False)
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)

@@ -151,7 +151,7 @@ def plot(iter_rows, summary, c, path):
     plot_panels(iter_rows + _final_rows(iter_rows), panels, path, y="log_sq_error", logy=False,
                 ylabel="mean log ||beta_t - beta||^2", ncols=4, suptitle=(
                     f"Alg 1 (noisy GD), logistic, T={T}, B={2 * c['b_constant']:g}, "
-                    "delta=1/(2n); solid: paper's accounting, dashed: exact Gaussian "
+                    "delta=1/(2n); circles: paper's accounting, triangles: exact Gaussian "
                     "composition (same eps, delta)"))
 
 
