@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -342,8 +343,8 @@ def draw_panels(
     # room for the legends below the axes: about 0.17 inch a legend row
     extra = [max((_legend_layout(p)[1] for p in panels[r * ncols:(r + 1) * ncols]), default=0)
              for r in range(nrows)]
-    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
-                             figsize=(4.6 * ncols, sum(3.6 + 0.17 * e for e in extra) + 0.5))
+    size = (max(4.6 * ncols, 6.0), sum(3.6 + 0.17 * e for e in extra) + 0.5)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained", figsize=size)
     for i, (ax, panel) in enumerate(zip(axes.ravel(), panels)):
         panel_logy = logy if panel.logy is None else panel.logy
         logx = panel.resolved_logx
@@ -396,8 +397,11 @@ def draw_panels(
                       bbox_to_anchor=(0.5, -0.17), frameon=False)
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)
-    fig.suptitle(f"{suptitle}\n{caption(panels)}" if suptitle else caption(panels),
-                 fontsize=10)
+    # wrap the title and caption to the figure's width (about 12 characters an inch at 9 pt)
+    width = max(40, int(fig.get_figwidth() * 12))
+    text = "\n".join(textwrap.fill(line, width) for line in
+                     [*(suptitle.split("\n") if suptitle else []), caption(panels)])
+    fig.suptitle(text, fontsize=9)
     return fig
 
 

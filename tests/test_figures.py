@@ -160,7 +160,7 @@ def test_roles_and_claims_in_plot_panels(tmp_path, figures):
     xs, m, se = plotting.curve_stats(rows, {"n": 400}, "epsilon")
     verts = _bands(b)[0].get_paths()[0].vertices
     assert np.isclose(verts[:, 1].max(), (m + 1.96 * se)[np.isfinite(xs)].max())
-    assert "1.96 s.e." in fig.get_suptitle()
+    assert "1.96 s.e." in " ".join(fig.get_suptitle().split())
     with pytest.raises(ValueError, match="either points"):
         plotting.Claim("x", "Fig. 1")
     with pytest.raises(ValueError, match="role"):
