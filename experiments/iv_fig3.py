@@ -22,7 +22,6 @@ from dpjax.algorithms import dp_iv
 from dpjax.config import ConfigError, param
 from dpjax.experiments._common import COLORS, INF
 from dpjax.experiments._iv_common import (
-    LINESTYLES,
     IVConfig,
     IVRecord,
     ZeroInit,
@@ -61,6 +60,9 @@ class Fig3Config(IVConfig):
                               f"({len(self.rho1_grid)}: the budget splits are pairs); got "
                               f"{len(self.rho2_grid)}")
 
+
+# the clipping constants differ by marker (dashed and dotted mark the non-private curves)
+C0_MARKERS = ("o", "^", "s")
 
 DEFAULTS = Fig3Config()
 QUICK = dataclasses.replace(DEFAULTS, dims=(5,), n_grid=(500, 2000), clip_consts=(1.0,),
@@ -105,7 +107,7 @@ def plot(iter_rows, summary, c, path):
         curves = [
             Curve(f"rho1={r1:g}, rho2={r2:g}, c0={c0:g}",
                   {"method": f"dp-2s-gd/{c['calibration']}", "d": d, "rho1": r1, "rho2": r2,
-                   "c0": c0}, COLORS[i], LINESTYLES[j % 3], "o")
+                   "c0": c0}, COLORS[i], "-", C0_MARKERS[j % 3])
             for j, c0 in enumerate(c["clip_consts"])
             for i, (r1, r2) in enumerate(zip(c["rho1_grid"], c["rho2_grid"]))
         ]
