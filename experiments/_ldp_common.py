@@ -71,32 +71,39 @@ def fit_slope(xs: Sequence[float], means: Sequence[float], ses: Sequence[float]
     return slope, slope - 1.96 * se, slope + 1.96 * se
 
 
-def loglog_figure(curves: Sequence[tuple[str, Sequence[float], Sequence[float],
-                                         Sequence[float], str]],
-                  path: Any, title: str, xlabel: str, ylabel: str = "||theta_hat - theta*||_2",
+def loglog_figure(curves: Sequence[tuple], path: Any, title: str, xlabel: str,
+                  ylabel: str = "||theta_hat - theta*||_2",
                   refs: Sequence[tuple[str, Sequence[float], Sequence[float]]] = (),
                   hline: float | None = None) -> None:
-    """One log-log axes: ``curves`` of ``(label, x, mean, se, linestyle)`` with error bars,
+    """One log-log axes: ``curves`` of ``(label, x, mean, se, linestyle[, role])`` with 95%
+    bands in the style of their role (:mod:`dpjax.plotting`; default role ``"dp"``),
     reference curves ``(label, x, y)`` dotted, and a horizontal line (the trivial error)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for label, x, m, se, ls in curves:
-        ax.errorbar(x, m, yerr=se, label=label, linestyle=ls, marker="o", capsize=3)
+    from dpjax import plotting
+
+    fig, ax = plt.subplots(figsize=(7.5, 5.5), layout="constrained")
+    several = sum(len(cv) > 5 and cv[5] == "nonprivate" for cv in curves) > 1
+    for cv in curves:
+        label, x, m, se, ls = cv[:5]
+        if len(x) == 0:
+            continue
+        plotting.draw_curve(ax, x, m, se, label, role=cv[5] if len(cv) > 5 else "dp",
+                            linestyle=ls, marker="o", several_nonprivate=several, logy=True)
     for label, x, y in refs:
         ax.plot(x, y, ":", color="gray", label=label)
     if hline is not None:
-        ax.axhline(hline, color="black", linewidth=0.8, linestyle="--",
+        ax.axhline(hline, color="gray", linewidth=0.8, linestyle="-",
                    label="||theta*|| (estimate 0)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.set_title(f"{title}\n{plotting.BAND_TEXT}", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, framealpha=0.7)
     fig.savefig(path, dpi=110)
     plt.close(fig)

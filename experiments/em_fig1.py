@@ -30,7 +30,7 @@ def settings(c):
 def plot(iter_rows, summary, c, path):
     plot_panels(iter_rows, hd_panels(c), path, suptitle=(
         f"HD DP-EM, Gaussian mixture (spec 000 Fig. 1), d={c['d']}, sigma={c['sigma']:g}, "
-        "honest calibration; error bars: 1 s.e."))
+        "honest calibration"))
 
 
 EXPERIMENTS = [

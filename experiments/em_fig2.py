@@ -124,12 +124,12 @@ def _curves(c, fixed):
     curves = [Curve(f"Alg 4, eps={e:g}", {"method": "ld-dp-em", "epsilon": e, **fixed},
                     COLORS[i % 6], "-", "o") for i, e in enumerate(sorted(c["eps_grid"]))]
     curves.append(Curve("Alg 4 at eps=inf (split, truncated, no noise)",
-                        {"method": "ld-dp-em", "epsilon": INF, **fixed}, "black", "--", "s"))
+                        {"method": "ld-dp-em", "epsilon": INF, **fixed}, marker="s"))
     curves.append(Curve("gradient EM (Balakrishnan; full data)",
-                        {"method": "gradient-em", **fixed}, "tab:gray", ":", "^"))
+                        {"method": "gradient-em", **fixed}, marker="^", role="reference"))
     if c["gem_curve"]:
         curves += [Curve(f"Wang et al. 2020 (DP gradient EM), eps={e:g}",
-                         {"method": "dp-gem", "epsilon": e, **fixed}, COLORS[(i + 3) % 6], "-.",
+                         {"method": "dp-gem", "epsilon": e, **fixed}, COLORS[(i + 3) % 6], "-",
                          "v") for i, e in enumerate(sorted(c["eps_grid"]))]
     return curves
 
@@ -145,7 +145,7 @@ def plot(iter_rows, summary, c, path):
     ]
     plot_panels(rows, panels, path, ylabel="mean ||beta_hat - beta*||_2", suptitle=(
         f"LD DP-EM, Gaussian mixture (spec 000 Fig. 2, Alg 4), sigma={c['sigma']:g}, "
-        f"eps in {{{eps_txt}}}, delta=1/(2n); error bars: 1 s.e."))
+        f"eps in {{{eps_txt}}}, delta=1/(2n)"))
 
 
 EXPERIMENTS = [

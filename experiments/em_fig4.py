@@ -44,7 +44,7 @@ def settings(c):
 def plot(iter_rows, summary, c, path):
     plot_panels(iter_rows, hd_panels(c), path, suptitle=(
         f"HD DP-EM, mixture of regressions (spec 000 Fig. 4, Alg 5), d={c['d']}, "
-        f"sigma={c['sigma']:g}, honest calibration; error bars: 1 s.e."))
+        f"sigma={c['sigma']:g}, honest calibration"))
 
 
 EXPERIMENTS = [

@@ -121,10 +121,10 @@ def _curves(c, method, fixed, baseline):
     curves = [Curve(f"eps={e:g}", {"method": method, "epsilon": e, **fixed}, COLORS[i % 6],
                     "-", "o") for i, e in enumerate(sorted(c["eps_grid"]))]
     curves.append(Curve("eps=inf (split, truncated, no noise)",
-                        {"method": method, "epsilon": INF, **fixed}, "black", "--", "s"))
+                        {"method": method, "epsilon": INF, **fixed}, marker="s"))
     if baseline:
         curves.append(Curve("gradient EM (full data)", {"method": "gradient-em", **fixed},
-                            "tab:gray", ":", "^"))
+                            marker="^", role="reference"))
     return curves
 
 
@@ -146,7 +146,7 @@ def plot(iter_rows, summary, c, path):
     # gradient EM rows carry method "gradient-em"; panels (c), (d) pick them by n/p only.
     plot_panels(rows, panels, path, ylabel="mean ||beta_hat - beta*||_2", ncols=2, suptitle=(
         f"DP-EM, regression with missing covariates (Algs 6, 8), sigma={c['sigma']:g}\n"
-        "sensitivity (6T^2+||beta^t||_inf)/n0 (A4); error bars: 1 s.e."))
+        "sensitivity (6T^2+||beta^t||_inf)/n0 (A4)"))
 
 
 EXPERIMENTS = [

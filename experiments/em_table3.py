@@ -46,7 +46,7 @@ from dpjax.algorithms import dp_em
 from dpjax.config import Config, ConfigError, param
 from dpjax.experiments._common import COLORS, INF, eps_label, final_rows
 from dpjax.models import GaussianMixture, GMMData
-from dpjax.plotting import Curve, Panel, plot_panels
+from dpjax.plotting import Claim, Curve, Panel, plot_panels
 from dpjax.study import Experiment
 
 N_RECORDS, N_FEATURES, N_MALIGNANT = 569, 30, 212
@@ -80,6 +80,11 @@ class Table3Config(Config):
                               f"({n_train}: one batch of at least one record per iteration); "
                               f"got {self.num_iterations}")
 
+
+# The paper's Table 3: mean misclassification rate by s_hat (columns) and eps (rows; its
+# eps = inf row is the non-private baseline), as printed (spec 000 §5).
+PAPER_S_HAT = (5, 10, 15)
+PAPER_TABLE3 = {0.2: (0.14, 0.12, 0.10), 0.5: (0.08, 0.07, 0.07), INF: (0.07, 0.06, 0.06)}
 
 DEFAULTS = Table3Config()
 QUICK = dataclasses.replace(DEFAULTS, s_hat_grid=(10,))
@@ -208,14 +213,18 @@ def plot(iter_rows, summary, c, path):
         cs = [Curve(f"Alg 3, eps={e:g}", {"kind": "final", "method": method, "epsilon": e},
                     COLORS[i % 6], "-", "o") for i, e in enumerate(sorted(c["eps_grid"]))]
         cs.append(Curve("Alg 3, eps=inf (split, truncated, no noise)",
-                        {"kind": "final", "method": method, "epsilon": INF}, "black", "--",
-                        "s"))
+                        {"kind": "final", "method": method, "epsilon": INF}, marker="s"))
         cs.append(Curve("Wang et al. 2015 (full data, non-private)",
-                        {"kind": "final", "method": "wang2015"}, "tab:gray", ":", "^"))
+                        {"kind": "final", "method": "wang2015"}, marker="^", role="reference"))
         return cs
 
+    # the paper's Table 3 (its eps = inf row is the non-private baseline), in the colours of
+    # the measured curves at the same eps
+    colors = {e: COLORS[i % 6] for i, e in enumerate(sorted(c["eps_grid"]))} | {INF: "black"}
+    claims = [Claim(eps_label(e), "Table 3", x=PAPER_S_HAT, y=ys, color=colors[e])
+              for e, ys in PAPER_TABLE3.items() if e in colors]
     panels = [Panel(f"(a) paper's N0={N0} (batches of ~5)", curves("alg3"), x="s_hat",
-                    xlabel="s_hat")]
+                    xlabel="s_hat", claims=claims)]
     if c["extra_logn_variant"]:
         panels.append(Panel("(b) added: N0=ceil(log n) (batches of ~49)", curves("alg3-logn"),
                             x="s_hat", xlabel="s_hat"))
@@ -224,10 +233,10 @@ def plot(iter_rows, summary, c, path):
                 COLORS[i % 6] if math.isfinite(e) else "black")
           for i, e in enumerate((*sorted(c["eps_grid"]), INF))]
     it.append(Curve("Wang et al. 2015", {"kind": "iter", "method": "wang2015", "s_hat": s_mid},
-                    "tab:gray", ":"))
+                    role="reference"))
     panels.append(Panel(f"(c) s_hat={s_mid}, N0={N0}: by iteration", it))
     plot_panels(rows, panels, path, ylabel="misclassification rate", logy=False,
-                suptitle="Breast Cancer Wisconsin, Alg 3 (spec 000 §5); error bars: 1 s.e.")
+                suptitle="Breast Cancer Wisconsin, Alg 3 (spec 000 §5)")
 
 
 EXPERIMENTS = [

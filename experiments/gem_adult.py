@@ -141,14 +141,15 @@ def plot(iter_rows, summary, c, path):
         curves = [Curve(f"Alg 2, eps={e:g}", {"method": "dp-gem", "epsilon": e}, COLORS[i],
                         "-", y=metric) for i, e in enumerate(sorted(c["eps_grid"]))]
         curves += [Curve(f"Alg 1 (C={c['clip']:g}), eps={e:g}",
-                         {"method": "clipped-gem", "epsilon": e}, COLORS[i], ":", y=metric)
+                         {"method": "clipped-gem", "epsilon": e}, COLORS[i], "-", "^",
+                         y=metric)
                    for i, e in enumerate(sorted(c["eps_grid"]))]
         curves.append(Curve("gradient EM (non-private)", {"method": "dp-gem", "epsilon": INF},
-                            "black", "--", y=metric))
+                            y=metric))
         panels.append(Panel(f"{kind} ||beta^t - beta*||", curves))
     plot_panels(iter_rows, panels, path, ylabel="mean error", suptitle=(
         f"Spec 002 Fig. 5, UCI Adult (balanced n={p['n']}, d=6, sigma={p['sigma']:.3g}, "
-        f"||beta*||={float(np.linalg.norm(p['beta'])):.3g}), delta=1/n; error bars: 1 s.e."))
+        f"||beta*||={float(np.linalg.norm(p['beta'])):.3g}), delta=1/n"))
 
 
 DEFAULTS = AdultConfig()

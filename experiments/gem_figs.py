@@ -100,11 +100,11 @@ def plot_final(iter_rows, summary, c, path):
                     and math.isinf(r["epsilon"])]
             if vals:
                 ps[0] = dataclasses.replace(ps[0], marks=(Mark(
-                    float(np.mean(vals)), _nonprivate_label(c), axis="y", color="black"),))
+                    float(np.mean(vals)), _nonprivate_label(c), axis="y", role="nonprivate"),))
         panels += ps
     plot_panels(rows, panels, path, ncols=3, ylabel="mean final error", suptitle=(
         f"DP gradient EM (spec 002), {MODEL_TITLES[c['model']]}, SNR {c['snr']:g}, "
-        f"T={c['T']}, delta=1/n; error bars: 1 s.e."))
+        f"T={c['T']}, delta=1/n"))
 
 
 def plot_traces(iter_rows, summary, c, path):
@@ -112,7 +112,7 @@ def plot_traces(iter_rows, summary, c, path):
     nd = {"n": c["n_base"], "d": c["d_base"]}
     np_method = c["methods"][0] if c["methods"][0] != "clipped-gem" else "dp-gem"
     pa = [Curve(f"{METHOD_LABELS[m]}, eps={e:g}", {"method": m, "epsilon": e, **nd},
-                COLORS[j], "-" if m == np_method else ":")
+                COLORS[j], "-", None if m == np_method else "^")
           for m in c["methods"] for j, e in enumerate(sorted(c["eps_grid"]))]
     pb = [Curve(f"d={d}", {"method": np_method, "n": c["n_base"], "d": d,
                            "epsilon": c["eps_base"]}, COLORS[j])
@@ -139,7 +139,7 @@ def plot_traces(iter_rows, summary, c, path):
     kind = "sign-aligned " if metric == "error_sym" else ""
     plot_panels(iter_rows, panels, path, y=metric, ylabel=f"mean {kind}error", suptitle=(
         f"DP gradient EM (spec 002), {MODEL_TITLES[c['model']]}, SNR {c['snr']:g}, "
-        f"delta=1/n; error bars: 1 s.e."))
+        f"delta=1/n"))
 
 
 # --quick: one (n, d) shape per method (compilation dominates a small run)
@@ -199,18 +199,18 @@ def fig1_plot(iter_rows, summary, c, path):
     for model in c["models"]:
         metric = "error" if model == "rmc" else "error_sym"
         curves = [Curve(f"Alg 1, C={clip:g}", {"method": "clipped-gem", "model": model,
-                                                "clip": clip}, COLORS[j], ":", y=metric)
+                                                "clip": clip}, COLORS[j], "-", "^", y=metric)
                   for j, clip in enumerate(c["clips"])]
         curves.append(Curve("Alg 2", {"method": "dp-gem", "model": model,
-                                      "epsilon": c["epsilon"]}, "black", "-", y=metric))
+                                      "epsilon": c["epsilon"]}, COLORS[len(c["clips"]) % 10],
+                            "-", "o", y=metric))
         curves.append(Curve("gradient EM (non-private)", {"method": "dp-gem", "model": model,
-                                                          "epsilon": INF}, "gray", "--",
-                            y=metric))
+                                                          "epsilon": INF}, y=metric))
         kind = "" if metric == "error" else ", sign-aligned"
         panels.append(Panel(f"{MODEL_TITLES[model]}{kind}", curves))
     plot_panels(iter_rows, panels, path, ylabel="mean error", suptitle=(
         f"Spec 002 Fig. 1: clipped DP gradient EM, n={c['n']}, d={c['d']}, "
-        f"eps={c['epsilon']:g}, delta=1/n, SNR {c['snr']:g}; error bars: 1 s.e."))
+        f"eps={c['epsilon']:g}, delta=1/n, SNR {c['snr']:g}"))
 
 
 FIG1_DEFAULTS = Fig1Config()

@@ -35,7 +35,7 @@ from dpjax.config import Config, param
 from dpjax.experiments._common import COLORS
 from dpjax.experiments._gem_common import fit_loglog
 from dpjax.mechanisms import PrivacyEvent
-from dpjax.plotting import Curve, Panel, plot_panels
+from dpjax.plotting import Claim, Curve, Panel, plot_panels
 from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
 
@@ -43,6 +43,7 @@ METHODS = ("wang2020", "thm2", "local")
 LABELS = {"wang2020": "central, Wang et al. 2020 (Lemma 2)", "thm2": "central, Theorem 2",
           "local": "local DP (Thm 8, corrected s)"}
 PREDICTED = {"wang2020": (-0.5, -1.0), "thm2": (-0.5, -0.5), "local": (-0.25, -0.5)}
+SOURCES = {"wang2020": "Lemma 2", "thm2": "Thm 2", "local": "Thm 8"}
 
 
 class MeanHyperparams(NamedTuple):
@@ -178,13 +179,21 @@ def plot(iter_rows, summary, c, path):
           for i, m in enumerate(c["methods"])]
     pb = [Curve(lab(m, "epsilon", 1), {"method": m, "n": c["n_base"]}, COLORS[i], "-", "o")
           for i, m in enumerate(c["methods"])]
+    # the rates the paper proves (PREDICTED), drawn through each measured curve's first point
+    ca = [Claim(f"rate n^{PREDICTED[m][0]:g}", SOURCES[m], slope=PREDICTED[m][0],
+                through={"method": m, "epsilon": c["eps_base"]}, color=COLORS[i])
+          for i, m in enumerate(c["methods"])]
+    cb = [Claim(f"rate eps^{PREDICTED[m][1]:g}", SOURCES[m], slope=PREDICTED[m][1],
+                through={"method": m, "n": c["n_base"]}, color=COLORS[i])
+          for i, m in enumerate(c["methods"])]
     plot_panels(rows, [
-        Panel(f"(a) eps={c['eps_base']:g}: error vs n", pa, x="n", xlabel="n", logx=True),
+        Panel(f"(a) eps={c['eps_base']:g}: error vs n", pa, x="n", xlabel="n", logx=True,
+              claims=ca),
         Panel(f"(b) n={c['n_base']}: error vs eps", pb, x="epsilon", xlabel="epsilon",
-              logx=True),
+              logx=True, claims=cb),
     ], path, ylabel="mean |mu_hat - mu|", suptitle=(
         f"Private heavy-tailed 1-D mean (spec 002 §2.2-2.3), {c['dist']}({c['shape']:g}), "
-        "delta=1/n, zeta=0.05; error bars: 1 s.e."))
+        "delta=1/n, zeta=0.05"))
 
 
 DEFAULTS = MeanConfig()

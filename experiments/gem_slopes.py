@@ -15,7 +15,7 @@ import dataclasses
 
 from dpjax.experiments._common import COLORS, final_rows
 from dpjax.experiments._gem_common import GemConfig, design_settings, fit_loglog
-from dpjax.plotting import Curve, Panel, curve_stats, plot_panels
+from dpjax.plotting import Claim, Curve, Panel, curve_stats, plot_panels
 from dpjax.study import Experiment
 
 PREDICTED = {"epsilon": -0.5, "d": 1.0, "n": -0.5}
@@ -46,12 +46,14 @@ def plot(iter_rows, summary, c, path):
     for i, (axis, where) in enumerate(wheres.items()):
         b, se = fitted[axis]
         label = f"Alg 2: slope {b:+.2f} ± {se:.2f} (theory {PREDICTED[axis]:+.2f})"
+        claim = Claim(f"rate {axis}^{PREDICTED[axis]:+g}", "theory (spec 002 §3.5)",
+                      slope=PREDICTED[axis], through={"method": "dp-gem", **where},
+                      color=COLORS[i], curve_y=metric)
         panels.append(Panel(f"vs {axis}", [Curve(label, {"method": "dp-gem", **where},
                                                  COLORS[i], "-", "o", y=metric)],
-                            x=axis, xlabel=axis, logx=True))
+                            x=axis, xlabel=axis, logx=True, claims=[claim]))
     plot_panels(rows, panels, path, ylabel="mean final error (sign-aligned)", suptitle=(
-        f"Spec 002 §3.5 slopes, Alg 2 on the {c['model']} (T={c['T']}, delta=1/n); "
-        "error bars: 1 s.e."))
+        f"Spec 002 §3.5 slopes, Alg 2 on the {c['model']} (T={c['T']}, delta=1/n)"))
 
 
 DEFAULTS = GemConfig(model="gmm", methods=("dp-gem",))

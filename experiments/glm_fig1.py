@@ -30,7 +30,9 @@ from dpjax.plotting import Curve, Panel, plot_panels
 from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
 
-STYLE = {"paper": "-", "gaussian": "--"}
+# the calibrations differ by marker (dashed, dotted and dash-dot mark the non-private,
+# comparator and NOT DP curves in every figure)
+STYLE = {"paper": ("-", "o"), "gaussian": ("-", "^")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,17 +114,18 @@ def plot(iter_rows, summary, c, path):
             for cal in ("paper", "gaussian"):
                 cs.append(Curve(f"{label}={v}, {cal}", {"method": f"alg1-{cal}", "T": T,
                                                         key: v, **fixed, "epsilon": eb},
-                                COLORS[i % 5], STYLE[cal]))
+                                COLORS[i % 5], *STYLE[cal]))
             cs.append(Curve(f"{label}={v}, non-private", {"method": "alg1-paper", "T": T,
                                                           key: v, **fixed, "epsilon": INF},
-                            COLORS[i % 5], ":"))
+                            COLORS[i % 5]))
         return cs
 
     pa = curves("d", c["d_grid"], {"n": nb}, "d")
     if c["unsplit"]:
         pa += [Curve(f"d={d}, every step at eps (NOT DP)",
-                     {"method": "alg1-unsplit-not-dp", "d": d, "kind": None}, "grey", "-.")
-               for d in c["d_grid"]]
+                     {"method": "alg1-unsplit-not-dp", "d": d, "kind": None}, COLORS[i % 5],
+                     role="not-dp")
+               for i, d in enumerate(c["d_grid"])]
     pb = curves("n", c["n_grid"], {"d": db}, "n")
     pc = []
     for i, e in enumerate(c["eps_grid"]):
@@ -130,14 +133,14 @@ def plot(iter_rows, summary, c, path):
             pc.append(Curve(f"{eps_label(e)}, {cal}", {"method": f"alg1-{cal}", "T": T,
                                                         "n": nb, "d": db, "epsilon": e,
                                                         "kind": None},
-                            COLORS[i % 5], STYLE[cal]))
+                            COLORS[i % 5], *STYLE[cal]))
     pc.append(Curve("non-private", {"method": "alg1-paper", "T": T, "n": nb, "d": db,
-                                    "epsilon": INF, "kind": None}, "black", ":"))
+                                    "epsilon": INF, "kind": None}))
     pd = [Curve(f"{cal}, eps={eb:g}", {"kind": "final", "method": f"alg1-{cal}", "n": nb,
-                                       "d": db, "epsilon": eb}, COLORS[i], STYLE[cal], "o")
+                                       "d": db, "epsilon": eb}, COLORS[i], *STYLE[cal])
           for i, cal in enumerate(("paper", "gaussian"))]
     pd.append(Curve("non-private", {"kind": "final", "method": "alg1-paper", "n": nb, "d": db,
-                                    "epsilon": INF}, "black", ":", "o"))
+                                    "epsilon": INF}, marker="s"))
     panels = [
         Panel(f"(a) n={nb}, eps={eb:g}: varying d", pa),
         Panel(f"(b) d={db}, eps={eb:g}: varying n", pb),
@@ -148,8 +151,8 @@ def plot(iter_rows, summary, c, path):
     plot_panels(iter_rows + _final_rows(iter_rows), panels, path, y="log_sq_error", logy=False,
                 ylabel="mean log ||beta_t - beta||^2", ncols=4, suptitle=(
                     f"Alg 1 (noisy GD), logistic, T={T}, B={2 * c['b_constant']:g}, "
-                    "delta=1/(2n); solid: paper's accounting, dashed: exact Gaussian "
-                    "composition (same eps, delta); error bars: 1 s.e."))
+                    "delta=1/(2n); circles: paper's accounting, triangles: exact Gaussian "
+                    "composition (same eps, delta)"))
 
 
 EXPERIMENTS = [

@@ -96,8 +96,8 @@ def plot(iter_rows, summary, c, path):
           for i, e in enumerate((*c["eps_grid"], INF))]
     if c["unsplit"]:
         pc.append(Curve(f"eps={c['eps_base']:g} every step: NOT DP",
-                        {"method": "alg5-unsplit-not-dp", "epsilon": c["eps_base"]}, "grey",
-                        ":"))
+                        {"method": "alg5-unsplit-not-dp", "epsilon": c["eps_base"]},
+                        role="not-dp"))
     panels = [
         Panel(f"(a) n={c['n_base']}, eps={c['eps_base']:g}: varying s*", pa),
         Panel(f"(b) s*={c['s_base']}, eps={c['eps_base']:g}: varying n", pb),
@@ -106,8 +106,7 @@ def plot(iter_rows, summary, c, path):
     plot_panels(iter_rows, panels, path, y="log_sq_error", logy=False,
                 ylabel="mean log ||beta_t - beta||^2", suptitle=(
                     f"Alg 5 (noisy IHT + peeling), logistic, d={c['d']}, s=2s*, T={c['T']}, "
-                    f"B={c['b_constant'] * 2:g}, delta=1/(2n), honest calibration; "
-                    "error bars: 1 s.e."))
+                    f"B={c['b_constant'] * 2:g}, delta=1/(2n), honest calibration"))
 
 
 EXPERIMENTS = [

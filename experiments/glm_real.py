@@ -161,7 +161,7 @@ def plot(iter_rows, summary, c, path):
             rows.append(r | {"error": r["mean"] + sign * se})
     plot_panels(rows, panels, path, logy=False, ylabel="test misclassification rate",
                 suptitle=(f"Alg 5 on {c['dataset']} (substitute for the Swarm data), T={c['T']}, "
-                          f"eta={c['eta']:g}; mean +- 1 s.e. over repetitions"))
+                          f"eta={c['eta']:g}"))
 
 
 EXPERIMENTS = [

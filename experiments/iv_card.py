@@ -30,6 +30,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from dpjax import plotting
 from dpjax.algorithms import dp_iv
 from dpjax.config import param
 from dpjax.experiments._common import COLORS, INF
@@ -150,13 +151,14 @@ def plot(iter_rows, summary, c, path):
                 labels.append(f"{cal}\nrho={r:g}")
     ax.boxplot(boxes, showfliers=False)
     ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
-    ax.axhline(b2, color="black", linestyle="--", label=f"2SLS = {b2:.4f}")
+    ax.axhline(b2, color=plotting.REFERENCE_COLOR, linestyle=":", linewidth=1.6,
+               label=f"2SLS = {b2:.4f}")
     ax.set_ylabel(f"beta^(T), T = {T} (return to a year of schooling)")
     ax.set_title("(a) DP estimates over repetitions (boxes: quartiles, whiskers 1.5 IQR)",
                  fontsize=8)
     ax.legend(fontsize=7)
     ax.grid(True, alpha=0.3)
-    # (b) learning paths: mean with 1 s.e. (dark) and 1 sd (light) bands, paper calibration
+    # (b) learning paths: mean with its 95% band (dark) and 1 sd (light), paper calibration
     ax = axes[1]
     for i, r in enumerate((*c["rho_grid"], INF)):
         rows = [row for row in main if row["rho1"] == r]
@@ -165,17 +167,16 @@ def plot(iter_rows, summary, c, path):
         m = np.array([v.mean() for v in vals])
         sd = np.array([v.std(ddof=1) for v in vals])
         se = sd / np.sqrt([v.size for v in vals])
-        col = COLORS[i] if math.isfinite(r) else "black"
-        ax.plot(xs, m, color=col, label=f"rho1 = rho2 = {r:g}" if math.isfinite(r)
-                else "rho = gamma = inf")
-        ax.fill_between(xs, m - sd, m + sd, color=col, alpha=0.12)
-        ax.fill_between(xs, m - se, m + se, color=col, alpha=0.4)
-    ax.axhline(b2, color="gray", linestyle="--", linewidth=0.8)
+        line = plotting.draw_curve(
+            ax, xs, m, se, f"rho1 = rho2 = {r:g}" if math.isfinite(r) else "rho = gamma = inf",
+            role="dp" if math.isfinite(r) else "nonprivate", color=COLORS[i])
+        ax.fill_between(xs, m - sd, m + sd, color=line.get_color(), alpha=0.08, linewidth=0)
+    ax.axhline(b2, color="gray", linestyle=":", linewidth=0.8)
     ax.set_ylim(b2 - 0.3, b2 + 0.3)
     ax.set_xlabel("iteration t")
     ax.set_ylabel("beta^(t)")
-    ax.set_title("(b) learning paths, paper calibration: mean, 1 s.e. (dark), 1 sd (light)",
-                 fontsize=8)
+    ax.set_title("(b) learning paths, paper calibration: mean, 95% band of the mean (dark), "
+                 "1 sd (light)", fontsize=8)
     ax.legend(fontsize=7)
     ax.grid(True, alpha=0.3)
     # (c) clipping sensitivity: sd and bias of beta^(T) against c0
@@ -185,8 +186,8 @@ def plot(iter_rows, summary, c, path):
     for i, r in enumerate(c["rho_grid"]):
         rows = [row for row in fin if row["rho1"] == r]
         xs, m, se = curve_stats(rows, {}, "c0", y="error")
-        ax.errorbar(xs, m, yerr=se, color=COLORS[i], marker="o", markersize=3, capsize=2,
-                    label=f"rho1 = rho2 = {r:g}")
+        plotting.draw_curve(ax, xs, m, se, f"rho1 = rho2 = {r:g}", color=COLORS[i], marker="o",
+                            logy=True)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("c0 (gamma = c0 (sqrt q + sqrt(tau + log nT))^2)")
@@ -195,7 +196,8 @@ def plot(iter_rows, summary, c, path):
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"Card data (spec 004 Fig. 13), n = {data.n}, T = {T}: DP-2S-GD vs 2SLS; "
-                 "step sizes from the non-private plug-in Theta_hat", fontsize=10)
+                 f"step sizes from the non-private plug-in Theta_hat\n{plotting.BAND_TEXT}",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

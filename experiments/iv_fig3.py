@@ -22,7 +22,6 @@ from dpjax.algorithms import dp_iv
 from dpjax.config import ConfigError, param
 from dpjax.experiments._common import COLORS, INF
 from dpjax.experiments._iv_common import (
-    LINESTYLES,
     IVConfig,
     IVRecord,
     ZeroInit,
@@ -31,7 +30,7 @@ from dpjax.experiments._iv_common import (
     tracked,
 )
 from dpjax.models.iv import LinearIV
-from dpjax.plotting import Curve, Panel, plot_panels
+from dpjax.plotting import Claim, Curve, Panel, plot_panels
 from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
 
@@ -61,6 +60,9 @@ class Fig3Config(IVConfig):
                               f"({len(self.rho1_grid)}: the budget splits are pairs); got "
                               f"{len(self.rho2_grid)}")
 
+
+# the clipping constants differ by marker (dashed and dotted mark the non-private curves)
+C0_MARKERS = ("o", "^", "s")
 
 DEFAULTS = Fig3Config()
 QUICK = dataclasses.replace(DEFAULTS, dims=(5,), n_grid=(500, 2000), clip_consts=(1.0,),
@@ -105,19 +107,25 @@ def plot(iter_rows, summary, c, path):
         curves = [
             Curve(f"rho1={r1:g}, rho2={r2:g}, c0={c0:g}",
                   {"method": f"dp-2s-gd/{c['calibration']}", "d": d, "rho1": r1, "rho2": r2,
-                   "c0": c0}, COLORS[i], LINESTYLES[j % 3], "o")
+                   "c0": c0}, COLORS[i], "-", C0_MARKERS[j % 3])
             for j, c0 in enumerate(c["clip_consts"])
             for i, (r1, r2) in enumerate(zip(c["rho1_grid"], c["rho2_grid"]))
         ]
-        curves.append(Curve(f"2S-GD (non-private, T={T})", {"method": "2s-gd", "d": d}, "black",
-                            "-", "s"))
-        curves.append(Curve("2SLS (closed form)", {"method": "2s-gd", "d": d}, "gray", ":", "s",
-                            y="error_of_2sls"))
-        panels.append(Panel(f"p = q = r = {d}, T = {T}", curves, x="n", xlabel="n", logx=True))
+        curves.append(Curve(f"2S-GD (non-private, T={T})", {"method": "2s-gd", "d": d},
+                            marker="s", role="nonprivate"))
+        curves.append(Curve("2SLS (closed form)", {"method": "2s-gd", "d": d}, marker="s",
+                            y="error_of_2sls", role="reference"))
+        # The paper's Fig. 3(a) claim (p = q = r = 5): "all points lie in the plateau region,
+        # so the error decreases at the rate 1/sqrt(n)"; drawn through the equal split.
+        mid = len(c["rho1_grid"]) // 2
+        claims = [Claim("rate n^-1/2 (plateau)", "Fig. 3(a)", slope=-0.5, through={
+            "method": f"dp-2s-gd/{c['calibration']}", "d": d, "rho1": c["rho1_grid"][mid],
+            "rho2": c["rho2_grid"][mid], "c0": c["clip_consts"][0]})] if d == 5 else []
+        panels.append(Panel(f"p = q = r = {d}, T = {T}", curves, x="n", xlabel="n", logx=True,
+                            claims=claims))
     plot_panels(final, panels, path, ylabel="mean ||beta^(T) - beta||_2", suptitle=(
         "DP-2S-GD vs n (spec 004 Fig. 3); rho1 + rho2 requested,\n"
-        f"{c['calibration']} calibration; gamma = c0 (sqrt q + sqrt(tau + log nT))^2; "
-        "error bars: 1 s.e."))
+        f"{c['calibration']} calibration; gamma = c0 (sqrt q + sqrt(tau + log nT))^2"))
 
 
 EXPERIMENTS = [

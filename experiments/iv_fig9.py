@@ -56,13 +56,14 @@ def settings(c):
 
 def plot(iter_rows, summary, c, path):
     cols = ["tab:blue", "tab:green", "tab:purple"]
+    # every curve here is non-private: 2S-GD (dashed, one colour per T) against 2SLS
     curves = [Curve(f"2S-GD, T = {T}" + (" (paper)" if T == 100 else " (added)"),
-                    {"method": "2s-gd", "T": T}, cols[i % 3], "-", "o")
+                    {"method": "2s-gd", "T": T}, cols[i % 3], "-", "o", role="nonprivate")
               for i, T in enumerate(c["T_grid"])]
     # 2SLS is a closed form, computed on each data set as a diagnostic (error_of_2sls)
     T0 = c["T_grid"][0]
-    curves.append(Curve("2SLS (closed form, same data)", {"method": "2s-gd", "T": T0}, "black",
-                        "--", "s", y="error_of_2sls"))
+    curves.append(Curve("2SLS (closed form, same data)", {"method": "2s-gd", "T": T0},
+                        marker="s", y="error_of_2sls", role="reference"))
     model = LinearIV(c["dim"], c["dim"], c["dim"])
     prm, _ = parameters(model, c["param_seed"], c["theta_file"])
     import numpy as np
@@ -71,7 +72,7 @@ def plot(iter_rows, summary, c, path):
     plot_panels(final_rows(iter_rows), [Panel(
         f"sigma_min(Theta) = {sv[-1]:.3f}, ||Theta|| = {sv[0]:.2f}",
         curves, x="n", xlabel="n", logx=True)], path, ylabel="mean ||beta - beta_true||_2",
-        suptitle=f"2S-GD vs 2SLS (spec 004 Fig. 9)\np = q = r = {c['dim']}; error bars: 1 s.e.")
+        suptitle=f"2S-GD vs 2SLS (spec 004 Fig. 9)\np = q = r = {c['dim']}")
 
 
 EXPERIMENTS = [

@@ -67,7 +67,7 @@ class HorizonConfig(IVConfig):
     def _ref(self) -> Curve:
         return Curve("rho1 = rho2 = inf (2S-GD)",
                      {"method": f"dp-2s-gd/{self.calibration}", "rho1": INF, "rho2": INF},
-                     "black", "--", "s")
+                     marker="s", role="nonprivate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +113,8 @@ class Fig6Config(HorizonConfig):
         pa = [Curve(f"rho2={r:g}", {"method": f"dp-2s-gd/{cal}", "rho1": self.rho1, "rho2": r},
                     COLORS[i % 10], "-", "o") for i, r in enumerate(self.rho2_grid)]
         pb = [Curve(f"rho2={r:g} (claimed)", {"method": f"dp-2s-gd-beta/{cal}", "rho2": r},
-                    COLORS[i % 10], "-", "o") for i, r in enumerate(self.rho2_grid)]
+                    COLORS[i % 10], "-", "o", role="not-dp")
+              for i, r in enumerate(self.rho2_grid)]
         return [(f"(a) Algorithm 1, rho1 = {self.rho1:g}", [*pa, self._ref()]),
                 ("(b) Algorithm 3 (NOT DP as claimed)", [*pb, self._ref()])]
 
@@ -141,7 +142,7 @@ def plot(iter_rows, summary, c: HorizonConfig, path):
               for title, curves in c.panels()]
     plot_panels(final_rows(iter_rows), panels, path, ylabel="mean ||beta^(T) - beta||_2",
                 suptitle=(f"{c.title}\nn = {c.n}, p = q = r = {c.dim}, {c.calibration} "
-                          f"calibration, c0 = {c.clip_const:g}; error bars: 1 s.e."))
+                          f"calibration, c0 = {c.clip_const:g}"))
 
 
 FIG4 = Fig4Config()

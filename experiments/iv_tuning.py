@@ -48,6 +48,9 @@ from dpjax.plotting import Curve, Mark, Panel, curve_stats, plot_panels
 from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
 
+# the curve at eq. (8)'s eta* or alpha* (dash-dot-dot: dashed is the non-private curve)
+OPT_STYLE = (0, (4, 1.5, 1, 1.5, 1, 1.5))
+
 
 @dataclasses.dataclass(frozen=True)
 class TuningConfig(IVConfig):
@@ -122,12 +125,12 @@ class Fig7Config(TuningConfig):
                     else f"{sym}={f:g} {sym}_max")
 
         pa = [Curve(lab(f, ef_opt, "eta"), dp | it | {"eta_frac": f, "alpha_frac": 1.0},
-                    COLORS[i % 10], "--" if f == ef_opt else "-")
+                    COLORS[i % 10], OPT_STYLE if f == ef_opt else "-")
               for i, f in enumerate([*self.fractions, ef_opt])]
         pb = [Curve(lab(f, af_opt, "alpha"), dp | it | {"eta_frac": fe, "alpha_frac": f},
-                    COLORS[i % 10], "--" if f == af_opt else "-")
+                    COLORS[i % 10], OPT_STYLE if f == af_opt else "-")
               for i, f in enumerate([*self.fractions, af_opt])]
-        ref = Curve("rho = gamma = inf, paper steps", it | {"rho1": INF}, "black", ":")
+        ref = Curve("rho = gamma = inf, paper steps", it | {"rho1": INF}, role="nonprivate")
         fin = {"kind": "final"}
         pc = [Curve("eta varied (alpha = alpha_max)", dp | fin | {"alpha_frac": 1.0},
                     "tab:blue", "-", "o", x="eta_frac"),
@@ -144,7 +147,7 @@ class Fig7Config(TuningConfig):
         ]
         return panels, (f"Step-size sensitivity (spec 004 Fig. 7): n = {self.n}, p = q = r = "
                          f"{self.dim}, T = {self.T}, rho1 = {self.rho1:g}, rho2 = "
-                         f"{self.rho2:g} ({self.calibration} calibration); error bars: 1 s.e.")
+                         f"{self.rho2:g} ({self.calibration} calibration)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +188,7 @@ class Fig8Config(TuningConfig):
                    x="gamma1", xlabel="gamma1 = gamma2 = gamma", logx=True,
                    ylabel=f"mean ||beta^(T) - beta||_2, T = {self.T}",
                    marks=[Mark(float(m0[0]), "rho = gamma = inf (2S-GD)", axis="y",
-                               color="black", linestyle=":"), *at_rule])
+                               role="nonprivate"), *at_rule])
         pb = Panel("(b) clipping frequency at the last step",
                    [Curve("first stage", dp, "tab:green", "-", "o", y="clip1"),
                     Curve("second stage", dp, "tab:red", "-", "o", y="clip2")],
@@ -193,8 +196,7 @@ class Fig8Config(TuningConfig):
                    ylabel="fraction of gradients clipped at step T",
                    marks=[dataclasses.replace(mk, label=None) for mk in at_rule])
         return [pa, pb], (f"Clipping threshold (spec 004 Fig. 8): n = {self.n}, p = q = r = "
-                          f"{self.dim}, T = {self.T}, {self.calibration} calibration; "
-                          "error bars: 1 s.e.")
+                          f"{self.dim}, T = {self.T}, {self.calibration} calibration")
 
 
 def settings(c: TuningConfig):

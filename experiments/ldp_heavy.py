@@ -133,9 +133,10 @@ def plot(iter_rows, summary, c, path):
                                                    f"eps={eps:g}, lambda="
                                                    + ("Thm 5" if thr else "0"))
                 curves.append((label, [r["n"] for r in rows], [r["mean"] for r in rows],
-                               [r["se"] for r in rows], "-" if thr else "--"))
-    loglog_figure(curves, path, f"Alg 1, heavy-tailed responses, d={c['d']}, k={c['k']}; "
-                  "mean +- 1 s.e.", "n (users)", hline=float(np.linalg.norm(_theta(c))))
+                               [r["se"] for r in rows], "-" if thr else ":",
+                               "nonprivate" if math.isinf(eps) else "dp"))
+    loglog_figure(curves, path, f"Alg 1, heavy-tailed responses, d={c['d']}, k={c['k']}",
+                  "n (users)", hline=float(np.linalg.norm(_theta(c))))
     write_csv(Path(path).with_name("slopes.csv"), slopes(summary, c))
 
 

@@ -204,14 +204,15 @@ def plot_dk(summary, c, path) -> None:
             label = ("non-private (clipped)" if math.isinf(eps) else
                      f"eps={eps:g}, " + ("lambda: noise rule" if thr else "lambda=0"))
             curves.append((label, [r[x] for r in rows], [r["mean"] for r in rows],
-                           [r["se"] for r in rows], "-" if thr else "--"))
+                           [r["se"] for r in rows], "-" if thr else ":",
+                           "nonprivate" if math.isinf(eps) else "dp"))
             if math.isfinite(eps) and not thr and rows:
                 pred = [predicted_noise(c, n_dk, r["d"], r["k"], eps) for r in rows]
                 refs.append(("predicted noise size (matched at left)", [r[x] for r in rows],
                              [p * rows[0]["mean"] / pred[0] for p in pred]))
         fixed = f"k={c['k']}" if x == "d" else f"d={c['d']}"
         loglog_figure(curves, Path(path).with_name(f"figure_{x}.png"),
-                      f"Alg 1 (NLDP) at n={n_dk:.3g}, {fixed}; mean +- 1 s.e.", x, refs=refs)
+                      f"Alg 1 (NLDP) at n={n_dk:.3g}, {fixed}", x, refs=refs)
 
 
 def plot(iter_rows, summary, c, path):
@@ -224,12 +225,13 @@ def plot(iter_rows, summary, c, path):
             label = ("non-private (clipped)" if math.isinf(eps) else
                      f"eps={eps:g}, " + ("lambda: noise rule" if thr else "lambda=0"))
             curves.append((label, [r["n"] for r in rows], [r["mean"] for r in rows],
-                           [r["se"] for r in rows], "-" if thr else "--"))
+                           [r["se"] for r in rows], "-" if thr else ":",
+                           "nonprivate" if math.isinf(eps) else "dp"))
     ns = sorted({r["n"] for r in _curve(summary, math.inf, False, c)})
     refs = [(f"lower bound rate sqrt(dk log d/(n eps^2)), eps={e:g}", ns,
              [M.lower_bound_nldp(n, c["d"], c["k"], e) for n in ns]) for e in c["eps_grid"]]
     loglog_figure(curves, path, f"Alg 1 (NLDP), d={c['d']}, k={c['k']}, delta={c['delta']:g}, "
-                  f"c_r={c['c_r']:g}; mean +- 1 s.e.", "n (users)", refs=refs, hline=norm)
+                  f"c_r={c['c_r']:g}", "n (users)", refs=refs, hline=norm)
     write_csv(Path(path).with_name("slopes.csv"), slopes(summary, c))
     plot_dk(summary, c, path)
 

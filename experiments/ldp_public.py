@@ -133,12 +133,12 @@ def plot(iter_rows, summary, c, path):
             rows = _rows(summary, method, thr)
             curves.append((f"{name}, " + ("lambda: noise rule" if thr else "lambda=0"),
                            [r["d"] for r in rows], [r["mean"] for r in rows],
-                           [r["se"] for r in rows], "-" if thr else "--"))
+                           [r["se"] for r in rows], "-" if thr else ":"))
     ds = sorted({r["d"] for r in summary})
     refs = [("lower bound rate sqrt(dk log d/(n eps^2))", ds,
              [M.lower_bound_nldp(c["n"], d, c["k"], c["epsilon"]) for d in ds])]
     loglog_figure(curves, path, f"Alg 3 vs Alg 1, n={c['n']:g}, m={c['m']:g}, "
-                  f"eps={c['epsilon']:g}; mean +- 1 s.e.", "d", refs=refs,
+                  f"eps={c['epsilon']:g}", "d", refs=refs,
                   hline=float(np.linalg.norm(_theta(c, ds[0]))))
     write_csv(Path(path).with_name("slopes.csv"), slopes(summary))
 

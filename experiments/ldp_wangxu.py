@@ -171,12 +171,13 @@ def plot(iter_rows, summary, c, path):
             label = f"{'rectified' if variant == 'rectified' else 'published'}, " + (
                 "identity randomizer" if math.isinf(eps) else f"eps={eps:g}")
             curves.append((label, [r["n"] for r in rows], [r["mean"] for r in rows],
-                           [r["se"] for r in rows], "-" if variant == "rectified" else "--"))
+                           [r["se"] for r in rows], "-" if variant == "rectified" else "-.",
+                           "nonprivate" if math.isinf(eps) else "dp"))
     ns = sorted({r["n"] for r in summary})
     refs = [("lower bound rate sqrt(dk/(n eps^2)), eps=1", ns,
              [M.lower_bound_interactive(n, c["d"], c["k"], 1.0) for n in ns])]
     loglog_figure(curves, path, f"LDP-IHT (Alg 2) on x ~ U{{-1,1}}^{c['d']}, k={c['k']}: "
-                  "Wang & Xu radius (dashed) vs rectified (solid)", "n (users)", refs=refs,
+                  "Wang & Xu radius (dash-dot) vs rectified (solid)", "n (users)", refs=refs,
                   hline=float(np.linalg.norm(_theta(c))))
     write_csv(Path(path).with_name("slopes.csv"), slopes(summary))
     write_csv(Path(path).with_name("audit.csv"), audits(c))
