@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import local_randomizers as LR
-from dpjax import sweep
+from dpjax import plotting, sweep
 from dpjax.algorithms import ldp_sparse as L
 from dpjax.config import Config, param
 from dpjax.experiments._common import ZeroInit
@@ -287,9 +287,11 @@ def plot(iter_rows, summary, c, path):
             label = {"alg2": "Alg 2", "alg4": f"Alg 4 (rho={c['rho']:g})",
                      "alg1": "Alg 1"}[method] + (", no noise" if math.isinf(eps)
                                                  else f", eps={eps:g}")
-            ax.errorbar([r["n"] for r in rows], [r["mean"] for r in rows],
-                        yerr=[r["se"] for r in rows], linestyle=styles[method], marker="o",
-                        capsize=3, label=label)
+            plotting.draw_curve(ax, [r["n"] for r in rows], [r["mean"] for r in rows],
+                                [r["se"] for r in rows], label, linestyle=styles[method],
+                                marker="o", logy=True,
+                                role="nonprivate" if math.isinf(eps) else "dp",
+                                color=f"C{len(ax.get_lines()) % 10}", several_nonprivate=True)
     ns = sorted({r["n"] for r in select(summary, panel="n", method="alg2")})
     for eps in c["eps_grid"]:
         ax.plot(ns, [M.lower_bound_interactive(n, c["d"], c["k"], eps) for n in ns], "-",
@@ -309,8 +311,8 @@ def plot(iter_rows, summary, c, path):
                    and math.isfinite(r["epsilon"])], key=lambda r: r["epsilon"])
     if rows:
         es = [r["epsilon"] for r in rows]
-        ax.errorbar(es, [r["mean"] for r in rows], yerr=[r["se"] for r in rows], marker="o",
-                    capsize=3, label=f"Alg 2, n={n_eps}")
+        plotting.draw_curve(ax, es, [r["mean"] for r in rows], [r["se"] for r in rows],
+                            f"Alg 2, n={n_eps}", marker="o", logy=True)
         scale = rows[0]["mean"] / noise_scale(c, 2, c["n_eps"], c["k"], es[0])
         ax.plot(es, [scale * noise_scale(c, 2, c["n_eps"], c["k"], e) for e in es], ":",
                 color="gray", label="noise scale (B ~ (e^eps+1)/(e^eps-1)), matched at left")
@@ -325,8 +327,9 @@ def plot(iter_rows, summary, c, path):
                       key=lambda r: r["k"])
         if rows:
             ks = [r["k"] for r in rows]
-            ax.errorbar(ks, [r["mean"] for r in rows], yerr=[r["se"] for r in rows],
-                        marker="o", capsize=3, linestyle=ls, label=f"Alg {alg}, n={n_k}")
+            plotting.draw_curve(ax, ks, [r["mean"] for r in rows], [r["se"] for r in rows],
+                                f"Alg {alg}, n={n_k}", marker="o", linestyle=ls, logy=True,
+                                color=f"C{alg}")
             scale = rows[0]["mean"] / noise_scale(c, alg, c["n_k"], ks[0], c["eps_k"])
             ax.plot(ks, [scale * noise_scale(c, alg, c["n_k"], k, c["eps_k"]) for k in ks],
                     ":", color="gray")
@@ -339,7 +342,7 @@ def plot(iter_rows, summary, c, path):
         ax.set_ylabel("||theta_hat - theta*||_2")
         ax.legend(fontsize=7)
     fig.suptitle("LDP-IHT (Zhu et al. 2024, Algs 2 and 4) and Alg 1 at equal epsilon; "
-                 "mean +- 1 s.e.", fontsize=11)
+                 f"{plotting.BAND_TEXT}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

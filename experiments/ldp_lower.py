@@ -32,7 +32,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import sweep
+from dpjax import plotting, sweep
 from dpjax.algorithms import ldp_sparse as L
 from dpjax.config import Config, param
 from dpjax.experiments._common import ZeroInit
@@ -210,11 +210,12 @@ def plot(iter_rows, summary, c, path):
         for method in methods:
             for eps in sorted({r["epsilon"] for r in select(summary, method=method)}):
                 rows = sorted(select(summary, method=method, epsilon=eps), key=lambda r: r["n"])
-                ax.errorbar([r["n"] for r in rows], [r["mean"] for r in rows],
-                            yerr=[r["se"] for r in rows], marker="o", capsize=3,
-                            linestyle="-" if math.isfinite(eps) else "--",
-                            label=LABELS[method] + (", no noise" if math.isinf(eps)
-                                                    else f", eps={eps:g}"))
+                plotting.draw_curve(
+                    ax, [r["n"] for r in rows], [r["mean"] for r in rows],
+                    [r["se"] for r in rows], LABELS[method] + (
+                        ", no noise" if math.isinf(eps) else f", eps={eps:g}"),
+                    marker="o", logy=True, role="nonprivate" if math.isinf(eps) else "dp",
+                    color=f"C{len(ax.get_lines()) % 10}", several_nonprivate=True)
         ns = sorted({r["n"] for r in select(summary, bound=bound)})
         for eps in c["eps_grid"]:
             ax.plot(ns, [curve(bound, n, c, eps) for n in ns], ":", color="black",
@@ -233,7 +234,7 @@ def plot(iter_rows, summary, c, path):
                      fontsize=10)
         ax.legend(fontsize=7)
     fig.suptitle("Hard instances of spec 001 §2.7 against the lower-bound rates; "
-                 "mean +- 1 s.e.", fontsize=11)
+                 f"{plotting.BAND_TEXT}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -30,14 +30,16 @@ REGISTRY = registry()
 NONPRIVATE = {
     "em_fig1", "em_fig2", "em_fig4", "em_rmc", "em_table3", "glm_fig1", "glm_fig2", "glm_real",
     "iv_card", "iv_fig3", "iv_fig4", "iv_fig6", "iv_fig7", "iv_fig8", "iv_fig9",
-    "gem_adult", "gem_fig2", "gem_fig6", "gem_fig9",
+    "gem_adult", "gem_fig2", "gem_fig6", "gem_fig9", "ldp_iht", "ldp_lower",
 }
 # Experiments that draw numbers the paper (or its theory) states, and how many claim artists
 # at least (the quick configuration may drop some).
 CLAIMS = {"em_table3": 3, "iv_fig3": 1, "gem_mean": 2, "gem_slopes": 3}
 # --set overrides of the quick configuration, so that the synthetic rows have what the full
 # figure draws (the non-private reference, two points per curve)
-QUICK_OVERRIDES = {"iv_fig3": {"references": True}, "ldp_wangxu": {"n_grid": (100_000, 300_000)}}
+QUICK_OVERRIDES = {"iv_fig3": {"references": True}, "ldp_wangxu": {"n_grid": (100_000, 300_000)},
+                   "ldp_lower": {"n_grid": (100_000, 300_000),
+                                 "n_grid_si": (100_000, 300_000)}}
 # Plot functions that also compute something slow beside the figure: replaced here by a stub
 # (the figure does not depend on it).
 SLOW_EXTRAS = {"ldp_wangxu": "audits"}
