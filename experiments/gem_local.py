@@ -134,7 +134,7 @@ def plot(iter_rows, summary, c, path):
     ], path, ylabel="mean final error (sign-aligned)" if metric == "error_sym" else
         "mean final error", suptitle=(
         f"Local-DP gradient EM (ours) vs central Alg 2, {c['model']}, d = {c['d']}, "
-        f"T = {c['T']}, delta = 1/n; error bars: 1 s.e."))
+        f"T = {c['T']}, delta = 1/n"))
 
 
 DEFAULTS = LocalConfig()
