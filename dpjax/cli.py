@@ -40,6 +40,26 @@ def enable_compile_cache(cache_dir: str | None = None) -> str:
     return cache_dir
 
 
+def use_every_core() -> int | None:
+    """One JAX CPU device per core, so that ``dpjax run`` shards repetitions over all cores
+    (XLA runs one repetition's small blocked products on one thread). Leaves JAX alone if the
+    user chose a device count (``XLA_FLAGS=--xla_force_host_platform_device_count``,
+    ``JAX_NUM_CPU_DEVICES``) or JAX has already started. Returns the count set, else None."""
+    import os
+
+    import jax
+
+    if ("xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+            or "JAX_NUM_CPU_DEVICES" in os.environ):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        jax.config.update("jax_num_cpu_devices", int(cores or 1))
+    except RuntimeError:  # backends already initialised (e.g. cli.main called in a session)
+        return None
+    return int(cores or 1)
+
+
 def _registry():
     try:
         from dpjax.experiments import registry
@@ -93,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="repetitions per compiled call (default: as many as fit the memory "
                      "budget)")
     run.add_argument("--memory-budget", type=float, default=None, metavar="GB",
-                     help="memory budget of one chunk of repetitions, in GB (default 0.25 on "
-                     "CPU, 2 on an accelerator); ignored with --chunk-size")
+                     help="memory budget of each device's share of a chunk of repetitions, in "
+                     "GB (default 0.25 on CPU, 2 on an accelerator); ignored with --chunk-size")
     run.add_argument("--quick", action="store_true", help="a reduced run (under a minute)")
     run.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto",
                      help="generate each batch inside the scan ('stream') or all data first")
@@ -118,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "run":
+        use_every_core()
         if args.no_compile_cache:  # also overrides JAX_COMPILATION_CACHE_DIR, which jax reads
             import jax
 

@@ -142,18 +142,19 @@ def _rep_bytes(setting: Setting) -> int:
     return int(per_rep)
 
 
-def _auto_chunk(setting: Setting, reps: int, budget_bytes: float) -> int:
-    """Repetitions per chunk so that a chunk's data and per-level temporaries fit the budget,
-    evened out over the chunks (every chunk is padded to this size: 50 reps at most 18 per
-    chunk run as 3 x 17, not 18 + 18 + 14 padded to 3 x 18)."""
-    fit = int(max(1, min(reps, budget_bytes // max(_rep_bytes(setting), 1))))
-    return math.ceil(reps / math.ceil(reps / fit))
+def _auto_chunk(setting: Setting, reps: int, budget_bytes: float, devices: int = 1) -> int:
+    """Repetitions per chunk so that each device's share of a chunk (its data and per-level
+    temporaries) fits the budget, evened out over the chunks (every chunk is padded to one
+    shape: 50 reps at most 18 per chunk run as 3 x 17, not 18 + 18 + 14 padded to 3 x 18)."""
+    fit = int(max(1, budget_bytes // max(_rep_bytes(setting), 1))) * devices
+    per = math.ceil(reps / math.ceil(reps / fit))
+    return min(reps, math.ceil(per / devices) * devices)
 
 
 def default_memory_budget_gb() -> float:
-    """The default ``--memory-budget``: 0.25 GB per chunk on CPU, where larger chunks add memory
-    but no throughput (a few cores are busy with one repetition's arrays already), 2 GB on an
-    accelerator, where batching repetitions is what fills the device."""
+    """The default ``--memory-budget`` (per device): 0.25 GB on CPU, where larger chunks add
+    memory but no throughput (the CLI runs one CPU device per core, each busy with its share of
+    a chunk), 2 GB on an accelerator, where batching repetitions is what fills the device."""
     return 0.25 if jax.default_backend() == "cpu" else 2.0
 
 
@@ -227,8 +228,9 @@ def run_experiment(
         progress: show a progress bar on stderr.
         data_mode: ``"auto"`` (stream batches inside the scan where the estimator allows it),
             ``"materialize"`` or ``"stream"``.
-        memory_budget_gb: the memory budget of one chunk (``--memory-budget``): without
-            ``chunk_size``, each setting runs in chunks of as many repetitions as fit it
+        memory_budget_gb: the memory budget of each device's share of a chunk
+            (``--memory-budget``): without ``chunk_size``, each setting runs in chunks of as
+            many repetitions as fit it
             (default: :func:`default_memory_budget_gb`).
         num_devices: devices to shard repetitions over (default: all local devices).
     """
@@ -312,7 +314,8 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
                 # (base.run splits the data into the steps' disjoint batches)
                 mode = ("stream" if s.estimator.batching == "disjoint"
                         and s.plan.num_blocks == s.estimator.num_steps else "materialize")
-            chunk = chunk_size or _auto_chunk(s, reps, memory_budget_gb * 2**30)
+            chunk = chunk_size or _auto_chunk(s, reps, memory_budget_gb * 2**30,
+                                              num_devices or jax.local_device_count())
             bounds = sweep.chunk_bounds(reps, chunk)
             store.set_bounds(s.key, bounds)
             t0 = time.perf_counter()

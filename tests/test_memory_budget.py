@@ -10,7 +10,7 @@ SMALL = ["--set", "n_grid=800", "--set", "s_grid=3", "--set", "eps_grid=0.5", "-
 
 
 def _run(out, *extra):
-    args = ["run", "em_fig1", "--out", str(out), "--quick", "--reps", "3", "--no-progress"]
+    args = ["run", "em_fig1", "--out", str(out), "--quick", "--reps", "6", "--no-progress"]
     assert cli.main(args + SMALL + list(extra)) == 0
     cfg = json.loads((out / "config.json").read_text())
     return [s["chunk_size"] for s in cfg["settings"]], results.read_csv(out / "summary.csv")
@@ -19,8 +19,9 @@ def _run(out, *extra):
 def test_memory_budget_sets_the_chunk_size(tmp_path):
     chunks_default, summary_default = _run(tmp_path / "a")
     chunks_tiny, summary_tiny = _run(tmp_path / "b", "--memory-budget", "1e-6")
-    assert chunks_default == [3] * len(chunks_default)  # 0.25 GB: all repetitions in one chunk
-    assert chunks_tiny == [1] * len(chunks_tiny)  # a byte budget: one repetition per chunk
+    # the tests run 4 CPU devices (conftest): the budget is per device
+    assert chunks_default == [6] * len(chunks_default)  # 0.25 GB: all repetitions in one chunk
+    assert chunks_tiny == [4] * len(chunks_tiny)  # a byte budget: one repetition per device
     assert summary_tiny == summary_default
 
 
@@ -34,7 +35,8 @@ def test_non_positive_memory_budget_is_an_error(tmp_path, capsys):
 
 def test_chunks_are_evened_out_and_the_default_budget_follows_the_device():
     """At most 18 repetitions fit: 50 run as 3 chunks of 17 (each chunk is padded to the chunk
-    size, so 18 + 18 + 14 would compute 54); the CPU default budget is 0.25 GB."""
+    size, so 18 + 18 + 14 would compute 54); the budget is per device; the CPU default budget
+    is 0.25 GB."""
     import jax
 
     from dpjax import study
@@ -48,4 +50,25 @@ def test_chunks_are_evened_out_and_the_default_budget_follows_the_device():
     assert study._auto_chunk(setting, 50, 50 * per_rep) == 50
     assert study._auto_chunk(setting, 50, 0.5 * per_rep) == 1
     assert study._auto_chunk(setting, 7, 3 * per_rep) == 3  # 3 + 3 + 1 -> 3 chunks of 3
+    # per device: 2 devices of 9 reps each -> 18 per chunk, evened out over 3 chunks
+    assert study._auto_chunk(setting, 50, 9.5 * per_rep, devices=2) == 18
+    assert study._auto_chunk(setting, 50, 0.5 * per_rep, devices=2) == 2
+    assert study._auto_chunk(setting, 1, 0.5 * per_rep, devices=4) == 1
     assert jax.default_backend() == "cpu" and study.default_memory_budget_gb() == 0.25
+
+
+def test_the_cli_uses_one_cpu_device_per_core_unless_told_otherwise(monkeypatch):
+    """`dpjax run` asks JAX for one CPU device per core, but leaves a user's XLA_FLAGS device
+    count alone, and does nothing once JAX has started (as here: no error)."""
+    import jax
+
+    from dpjax import cli
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=3")
+    assert cli.use_every_core() is None
+    monkeypatch.setenv("XLA_FLAGS", "")
+    jax.devices()  # JAX has started in this process: the update is refused, quietly
+    assert cli.use_every_core() is None
+    calls = []
+    monkeypatch.setattr(jax.config, "update", lambda name, value: calls.append((name, value)))
+    assert cli.use_every_core() >= 1 and calls[0][0] == "jax_num_cpu_devices"
