@@ -911,9 +911,10 @@ def main(argv: list[str] | None = None) -> int:
                  for c in wang_xu_radius_cases()]
         todo += [(e.name, lambda name=e.name: registry_cases([name])[0], args.trials)
                  for e in registry.entries() if e.private]
-        for name, build, trials in todo:
-            if args.names and name not in args.names:
-                continue
+        if args.names:  # the named cases, in the order named
+            todo = sorted((t for t in todo if t[0] in args.names),
+                          key=lambda t: args.names.index(t[0]))
+        for _name, build, trials in todo:
             rows += canary_table([build()], jax.random.key(args.seed), trials)
             print(format_table(rows[-1:]).splitlines()[-1], flush=True)
     print()
