@@ -205,7 +205,12 @@ def test_paper_literal_variants_that_are_not_private_are_caught(variant, key):
 # the whole registry (slow): the table of docs/audits.md
 # ------------------------------------------------------------------------------------------
 
-PRIVATE = [e.name for e in registry.entries() if e.private and e.ledger_private is not False]
+# ldp-public's data holds a public leaf (x_pub); the canary search replaces its row 0 too, so
+# its pair is not a neighbouring pair of private data (honest "caught" at 4.59: an artefact of
+# the audit, see docs/audits.md). Left out until canary_case keeps public leaves fixed.
+INVALID_PAIR = ("ldp-public",)
+PRIVATE = [e.name for e in registry.entries() if e.private and e.ledger_private is not False
+           and e.name not in INVALID_PAIR]
 
 # The planted bugs the table of docs/audits.md catches (python -m dpjax.audit --table --trials
 # 4000: key(0), the same keys as below; trajectory attack, claims on the events' GDP curve).
@@ -216,7 +221,8 @@ CAUGHT = {
     "mechanism/gaussian-classic": PLANTS_BOTH, "ld-dp-em/gmm": NOISE, "ld-dp-em/mor": NOISE,
     "ld-dp-em/rmc": NOISE, "dp-gem/gmm": PLANTS_BOTH, "clipped-gem/gmm": PLANTS_BOTH,
     "dp-gem/mor": PLANTS_BOTH, "clipped-gem/mor": PLANTS_BOTH, "dp-2s-gd/paper": PLANTS_BOTH,
-    "dp-2s-gd/tight": PLANTS_BOTH, "dp-mean": PLANTS_BOTH,
+    "dp-2s-gd/tight": PLANTS_BOTH, "dp-mean": PLANTS_BOTH, "dp-gem/rmc": PLANTS_BOTH,
+    "clipped-gem/rmc": PLANTS_BOTH, "dp-gem-split/gmm": NOISE,
     "alg1-noisy-gd-unsplit/logistic (not DP as claimed)": PLANTS_BOTH,
 }
 

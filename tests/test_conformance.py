@@ -168,7 +168,9 @@ def test_extreme_budgets_give_finite_results(case, key, level):
 # The canary audit over the registry (issue 17 item 3; full power: tests/test_canary_audit.py)
 # ------------------------------------------------------------------------------------------
 
-AUDITED = [e.name for e in registry.entries() if e.private and e.ledger_private is not False]
+# ldp-public: the canary would replace a row of its public data too (docs/audits.md)
+AUDITED = [e.name for e in registry.entries() if e.private and e.ledger_private is not False
+           and e.name != "ldp-public"]
 
 
 @pytest.mark.slow  # about 10-20 s of compiles per estimator: over the registry, minutes
