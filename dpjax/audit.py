@@ -63,7 +63,7 @@ import numpy as np
 from scipy import stats
 
 from dpjax import _validate, mechanisms
-from dpjax.base import Estimator, probe_events, run
+from dpjax.base import Estimator, probe_events, run, split_batches
 from dpjax.mechanisms import sanitize
 
 __all__ = [
@@ -337,6 +337,7 @@ def glm_score_statistic(
 # --------------------------------------------------------------------------------------------
 
 __all__ += ["AUDIT_DELTA", "AUDIT_LEVELS", "mechanism_cases", "registry_cases",
+            "trajectory_mechanism", "trajectory_statistic", "wang_xu_radius_cases",
             "CanaryCase", "CanaryRow", "PLANTS", "audit_case", "canary_case", "canary_table",
             "flat_statistic", "planted_bug", "format_table"]
 
@@ -423,6 +424,13 @@ class CanaryCase(NamedTuple):
             on what any audit can certify; ``mu / 0.2`` and ``mu / 0.5`` are the planted
             variants'. ``None`` where a release is not Gaussian.
         pure_epsilon: the same for a pure-DP (Laplace) run; ``None`` otherwise.
+        attack: ``"final"`` (``statistic`` maps the final ``state.beta``) or ``"trajectory"``
+            (``statistic`` maps the stacked states after every step: the per-step score attack
+            of :func:`trajectory_statistic`).
+        claim_kind: where ``claim_epsilon`` comes from: ``"ledger"`` (the ledger's
+            ``approx_dp``), ``"zcdp-curve"`` (the ledger's rho-zCDP converted at ``delta``) or
+            ``"gdp-curve"`` (the mu-GDP curve of the run's Gaussian events at ``delta``: the
+            exact curve the recorded releases deliver, ``gaussian_epsilon(gdp_mu, delta)``).
     """
 
     name: str
@@ -438,6 +446,8 @@ class CanaryCase(NamedTuple):
     separation: float
     gdp_mu: float | None = None
     pure_epsilon: float | None = None
+    attack: str = "final"
+    claim_kind: str = "ledger"
 
     def epsilon_bound(self, factor: float = 1.0) -> float | None:
         """The tight epsilon (at ``delta``) of the run with every noise scale times ``factor``,
@@ -520,6 +530,124 @@ def _single_entry_variants(record: PyTree, magnitude: float) -> PyTree:
         for li in range(len(leaves))])
 
 
+def _flat_state(state: PyTree) -> jax.Array:
+    """The floating-point leaves of a state, flattened and concatenated (float32)."""
+    leaves = [jnp.ravel(x).astype(jnp.float32) for x in jax.tree_util.tree_leaves(state)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.concatenate(leaves)
+
+
+def _per_step(estimator: Estimator, data: PyTree) -> PyTree:
+    """The data each step sees, with a leading step axis under disjoint batching (else
+    ``None``: every step sees ``data``)."""
+    if estimator.batching == "disjoint":
+        return split_batches(data, estimator.num_steps)
+    return None
+
+
+def _noise_free_steps(estimator: Estimator, hp: PyTree, states: PyTree, data: PyTree,
+                      salt: int) -> jax.Array:
+    """The noise-free step ``t`` from ``states[t]`` on ``data`` for every ``t`` (vmapped over
+    the steps), flattened: ``(num_steps, state size)``. Every noise draw is multiplied by 0
+    (traced here, so the current plant's noise is switched off too); the keys are irrelevant
+    but fresh."""
+    steps = jnp.arange(estimator.num_steps)
+    batches = _per_step(estimator, data)
+
+    def one(t, state, batch):
+        key = jax.random.fold_in(jax.random.key(0x5EED), 4 * t + salt)
+        new, _ = estimator.step(key, state, data if batch is None else batch, hp)
+        return sanitize(_flat_state(new))
+
+    with planted_bug("noise-x0"):
+        return jax.vmap(one)(steps, states, batches)
+
+
+def _states_before(estimator: Estimator, params0: PyTree, trace: PyTree) -> PyTree:
+    """The state before each step (leading axis ``num_steps``): ``init(params0)``, then the
+    recorded states but the last."""
+    first = estimator.init(params0)
+    return jax.tree_util.tree_map(
+        lambda f, x: jnp.concatenate([jnp.asarray(f, x.dtype)[None], x[:-1]]), first, trace)
+
+
+def _flat_trace(trace: PyTree) -> jax.Array:
+    """``(num_steps, state size)``: every recorded state, flattened."""
+    return sanitize(jax.vmap(_flat_state)(trace))
+
+
+def trajectory_mechanism(
+    estimator: Estimator, hparams: PyTree, params0: Any
+) -> Callable[[jax.Array, PyTree], PyTree]:
+    """``(key, dataset) -> the states after every step`` (leaves ``(num_steps, ...)``).
+
+    Every iterate is a release of the composition the ledger accounts for (each step is private
+    given the previous iterate, and the steps compose adaptively), so an attack on the whole
+    trajectory is as sound as one on the final iterate, and stronger: the per-step signals add.
+    """
+    hp = jax.tree_util.tree_map(jnp.asarray, hparams)
+
+    def mechanism(key: jax.Array, dataset: PyTree) -> PyTree:
+        _, trace = run(estimator, key, dataset, estimator.init(params0), hp,
+                       record=lambda state, info: state)
+        return trace
+
+    return mechanism
+
+
+def trajectory_statistic(
+    estimator: Estimator, hparams: PyTree, params0: Any, data_in: PyTree, data_out: PyTree,
+    weights: Any,
+) -> Callable[[PyTree], jax.Array]:
+    r"""The per-step score (likelihood-ratio) attack on a trajectory.
+
+    With ``x_t`` the state before step ``t`` (public: the previous release), ``a_t`` and
+    ``b_t`` the noise-free next states from ``x_t`` on ``data_in`` and ``data_out``, and
+    ``x_{t+1}`` the released next state,
+
+    .. math::
+
+        A = \sum_t \sum_j w_{tj} (x_{t+1,j} - (a_{tj} + b_{tj}) / 2) (a_{tj} - b_{tj}),
+
+    the log-likelihood ratio of ``data_in`` against ``data_out`` when step ``t`` adds Gaussian
+    noise of variance ``1 / w_tj`` to coordinate ``j`` (for Gaussian releases it separates the
+    two data sets as well as any test can). ``weights``: ``(num_steps, state size)``, fixed
+    before the audit (:func:`canary_case` estimates the noise variances from a pilot run).
+    Any fixed statistic gives a sound audit; the weights only change its power.
+    """
+    hp = jax.tree_util.tree_map(jnp.asarray, hparams)
+    w = jnp.asarray(weights, jnp.float32)
+
+    def statistic(trace: PyTree) -> jax.Array:
+        before = _states_before(estimator, params0, trace)
+        a = _noise_free_steps(estimator, hp, before, data_in, 0)
+        b = _noise_free_steps(estimator, hp, before, data_out, 1)
+        return jnp.sum(w * (_flat_trace(trace) - 0.5 * (a + b)) * (a - b))
+
+    return statistic
+
+
+def _pilot(estimator: Estimator, hp: PyTree, params0: PyTree, data: PyTree, num: int,
+           seed: int) -> tuple[np.ndarray, PyTree]:
+    """Per-step, per-coordinate variance of ``x_{t+1} - F(x_t)`` over ``num`` honest runs on
+    ``data`` (``F``: the noise-free step), and the runs' privacy events (leading axis ``num``)."""
+    def one(key):
+        _, (trace, events) = run(estimator, key, data, estimator.init(params0), hp,
+                                 record=lambda state, info: (state, info.events))
+        before = _states_before(estimator, params0, trace)
+        return _flat_trace(trace) - _noise_free_steps(estimator, hp, before, data, 2), events
+
+    keys = jax.random.split(jax.random.key(seed + 0x9177), num)
+    res, events = jax.jit(jax.vmap(one))(keys)
+    return np.var(np.asarray(res, np.float64), axis=0), events
+
+
+def _weights(var: np.ndarray) -> np.ndarray:
+    """Inverse variances, with a floor (a noise-free coordinate weighs much, not infinitely)."""
+    floor = 1e-4 * float(var.max()) if var.max() > 0 else 1.0
+    return 1.0 / np.maximum(var, floor)
+
+
 def canary_case(
     entry: Any,
     level: float = 1.0,
@@ -530,6 +658,9 @@ def canary_case(
     magnitude: float = 1e3,
     search_rounds: int = 4,
     seed: int = 0,
+    attack: str = "final",
+    claim: str = "ledger",
+    pilot_trials: int = 256,
 ) -> CanaryCase:
     """Build the canary audit of a registry entry at privacy ``level``.
 
@@ -537,16 +668,31 @@ def canary_case(
     (:func:`_candidate_records`, each with its negation) are put in row ``index`` of the
     example data, the estimator is run with its noise multiplied by 0 (the same
     hyperparameters, so the same clipping and truncation) on each, and the two candidates whose
-    noise-free releases lie farthest apart become the canary (``data_in``) and its replacement
-    (``data_out``). The attack statistic projects a release on the direction between those two
-    noise-free releases.
+    noise-free outputs lie farthest apart become the canary (``data_in``) and its replacement
+    (``data_out``).
+
+    ``attack="final"``: the output is the final ``state.beta`` and the statistic projects a
+    release on the direction between the two noise-free releases. ``attack="trajectory"``: the
+    output of a candidate is its noise-free one-step change at every state of a reference
+    noise-free path, weighted by the inverse noise variances of a pilot run
+    (``pilot_trials`` honest runs on the example data; the pilot is independent of the audit's
+    trials), and the statistic is :func:`trajectory_statistic` over every recorded iterate.
 
     The claim is the honest ledger's, read off the run's events on ``data_in`` at ``hparams``
     (default: ``example.hparams(level)``): its ``approx_dp``, or, when ``delta`` is given and
     the ledger's guarantee is rho-zCDP, the (epsilon, delta) that rho implies at that ``delta``
     (rho-zCDP implies a whole curve; a larger delta is where an audit with a few thousand
-    trials can test it).
+    trials can test it). ``claim="curve"`` (with ``delta``): where every release of the run is
+    Gaussian with the same recorded scales in every pilot run, the claim is the mu-GDP curve
+    those releases deliver at ``delta``, ``gaussian_epsilon(mu, delta)`` with
+    ``mu = sqrt(sum_i (Delta_i / sigma_i)^2)`` from the recorded (true) sensitivities and
+    scales (the maximum over steps under sample splitting). It is exact for the releases as
+    recorded and sound for every delta, so it tests the calibration itself (a halved
+    sensitivity doubles the true mu) where the ledger's single (epsilon, delta) point would
+    need events of probability ``delta`` to be seen.
     """
+    _validate.check_choice(attack, "attack", ("final", "trajectory"))
+    _validate.check_choice(claim, "claim", ("ledger", "curve"))
     estimator = entry.build()
     example = entry.example()
     hp = example.hparams(level) if hparams is None else hparams
@@ -558,52 +704,97 @@ def canary_case(
         index = (estimator.num_steps - 1) * (n // estimator.num_steps)
     half = _candidate_records(data, num_candidates // 2, magnitude, seed)
     cands = jax.tree_util.tree_map(lambda c: jnp.concatenate([c, -c]), half)
-    with planted_bug("noise-x0"):
-        mech0 = estimator_mechanism(estimator, hp, example.params0, _beta_output)
+    pilot_events = None
+    if attack == "trajectory" or claim == "curve":
+        var, pilot_events = _pilot(estimator, hp, example.params0, data, pilot_trials, seed)
+    if attack == "trajectory":
+        weights = _weights(var)
+        sqrt_w = jnp.asarray(np.sqrt(weights), jnp.float32)
+        with planted_bug("noise-x0"):
+            mech0 = trajectory_mechanism(estimator, hp, example.params0)
+            base_path = _states_before(estimator, example.params0,
+                                       jax.jit(mech0)(jax.random.key(0), data))
+        base_next = jax.jit(lambda: _noise_free_steps(estimator, hp, base_path, data, 3))()
 
         @jax.jit
         def noise_free(record):
-            return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(
-                mech0(jax.random.key(0), replace_record(data, index, record)))])
+            d = replace_record(data, index, record)
+            return jnp.ravel(sqrt_w * (_noise_free_steps(estimator, hp, base_path, d, 3)
+                                       - base_next))
+    else:
+        with planted_bug("noise-x0"):
+            mech0 = estimator_mechanism(estimator, hp, example.params0, _beta_output)
 
-        outs = np.asarray(jax.lax.map(noise_free, cands), np.float64)
-        outs = np.where(np.isfinite(outs), outs, 0.0)
-        dist = np.linalg.norm(outs[:, None, :] - outs[None, :, :], axis=-1)
-        i, j = np.unravel_index(int(np.argmax(dist)), dist.shape)
-        pick = lambda k: jax.tree_util.tree_map(lambda c: c[k], cands)  # noqa: E731
-        rec_in, rec_out, out_in, out_out = pick(i), pick(j), outs[i], outs[j]
-        # Greedy local search: change one entry of one record at a time (negate it, set it to
-        # +-magnitude or 0) while the noise-free releases move apart.
-        for _ in range(search_rounds):
-            moved = False
-            for side in (0, 1):
-                rec, other = (rec_out, out_in) if side == 0 else (rec_in, out_out)
-                variants = _single_entry_variants(rec, magnitude)
-                vo = np.asarray(jax.lax.map(noise_free, variants), np.float64)
-                vo = np.where(np.isfinite(vo), vo, 0.0)
-                gain = np.linalg.norm(vo - other, axis=-1)
-                best = int(np.argmax(gain))
-                if gain[best] > np.linalg.norm(out_in - out_out) * (1 + 1e-6):
-                    moved = True
-                    new = jax.tree_util.tree_map(lambda c, b=best: c[b], variants)
-                    if side == 0:
-                        rec_out, out_out = new, vo[best]
-                    else:
-                        rec_in, out_in = new, vo[best]
-            if not moved:
-                break
+            @jax.jit
+            def noise_free(record):
+                return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(
+                    mech0(jax.random.key(0), replace_record(data, index, record)))])
+
+    outs = np.asarray(jax.lax.map(noise_free, cands), np.float64)
+    outs = np.where(np.isfinite(outs), outs, 0.0)
+    dist = np.linalg.norm(outs[:, None, :] - outs[None, :, :], axis=-1)
+    i, j = np.unravel_index(int(np.argmax(dist)), dist.shape)
+    pick = lambda k: jax.tree_util.tree_map(lambda c: c[k], cands)  # noqa: E731
+    rec_in, rec_out, out_in, out_out = pick(i), pick(j), outs[i], outs[j]
+    # Greedy local search: change one entry of one record at a time (negate it, set it to
+    # +-magnitude or 0) while the noise-free outputs move apart.
+    for _ in range(search_rounds):
+        moved = False
+        for side in (0, 1):
+            rec, other = (rec_out, out_in) if side == 0 else (rec_in, out_out)
+            variants = _single_entry_variants(rec, magnitude)
+            vo = np.asarray(jax.lax.map(noise_free, variants), np.float64)
+            vo = np.where(np.isfinite(vo), vo, 0.0)
+            gain = np.linalg.norm(vo - other, axis=-1)
+            best = int(np.argmax(gain))
+            if gain[best] > np.linalg.norm(out_in - out_out) * (1 + 1e-6):
+                moved = True
+                new = jax.tree_util.tree_map(lambda c, b=best: c[b], variants)
+                if side == 0:
+                    rec_out, out_out = new, vo[best]
+                else:
+                    rec_in, out_in = new, vo[best]
+        if not moved:
+            break
     data_in = replace_record(data, index, rec_in)
     data_out = replace_record(data, index, rec_out)
-    statistic = flat_statistic(out_in - out_out, out_out)
+    if attack == "trajectory":
+        statistic = trajectory_statistic(estimator, hp, example.params0, data_in, data_out,
+                                         weights)
+    else:
+        statistic = flat_statistic(out_in - out_out, out_out)
     events = probe_events(estimator, data_in, example.params0, hp)
     ledger = estimator.ledger(n, hp, events)
     approx = ledger.approx_dp
+    claim_kind = "ledger"
     if delta is not None and hasattr(ledger.guarantee, "to_approx_dp"):
         approx = ledger.guarantee.to_approx_dp(delta)
+        claim_kind = "zcdp-curve"
+    disjoint = estimator.batching == "disjoint"
+    mu = _gdp_mu(events, disjoint)
+    claim_eps, claim_delta = float(approx.epsilon), float(approx.delta)
+    if claim == "curve" and delta is not None and mu is not None and _same_mu(
+            pilot_events, mu, disjoint):
+        from dpjax.accounting import gaussian_epsilon
+
+        claim_eps, claim_delta, claim_kind = float(gaussian_epsilon(mu, delta)), delta, \
+            "gdp-curve"
     return CanaryCase(entry.name, estimator, hp, example.params0, data_in, data_out, index,
-                      statistic, float(approx.epsilon), float(approx.delta),
-                      float(np.linalg.norm(out_in - out_out)),
-                      _gdp_mu(events, estimator.batching == "disjoint"))
+                      statistic, claim_eps, claim_delta,
+                      float(np.linalg.norm(out_in - out_out)), mu, None, attack, claim_kind)
+
+
+def _same_mu(pilot_events: PyTree, mu: float, disjoint: bool) -> bool:
+    """Whether every pilot run's events give the probed ``mu`` (scales that do not depend on
+    the noisy iterates), so that the GDP curve is the run's, whatever the noise drawn."""
+    if pilot_events is None:
+        return False
+    num = jax.tree_util.tree_leaves(pilot_events)[0].shape[0]
+    for r in range(num):
+        m = _gdp_mu(jax.tree_util.tree_map(lambda x, r=r: x[r], pilot_events), disjoint)
+        if m is None or not math.isclose(m, mu, rel_tol=1e-4):
+            return False
+    return True
 
 
 def audit_case(
@@ -617,7 +808,11 @@ def audit_case(
 ) -> AuditResult:
     """Audit ``case`` (with the planted bug ``plant``, or honest) at its claimed delta."""
     with planted_bug(plant):
-        mech = estimator_mechanism(case.estimator, case.hparams, case.params0, _beta_output)
+        if case.attack == "trajectory":
+            mech = trajectory_mechanism(case.estimator, case.hparams, case.params0)
+        else:
+            mech = estimator_mechanism(case.estimator, case.hparams, case.params0,
+                                       _beta_output)
         return audit(mech, key, case.data_in, case.data_out, case.statistic,
                      num_trials=num_trials, delta=case.delta, confidence=confidence,
                      batch_size=batch_size)
@@ -634,6 +829,7 @@ class CanaryRow(NamedTuple):
     sensitivity_x05: AuditResult
     num_trials: int
     bounds: tuple = (None, None, None)  # CanaryCase.epsilon_bound at factors 1, 0.2, 0.5
+    claim_kind: str = "ledger"  # CanaryCase.claim_kind
 
 
 def canary_table(
@@ -647,7 +843,7 @@ def canary_table(
         res = [audit_case(c, jax.random.fold_in(k, i), plant=p, num_trials=m)
                for i, p in enumerate((None,) + PLANTS)]
         bounds = tuple(c.epsilon_bound(f) for f in (1.0, 0.2, 0.5))
-        rows.append(CanaryRow(c.name, c.claim_epsilon, c.delta, *res, m, bounds))
+        rows.append(CanaryRow(c.name, c.claim_epsilon, c.delta, *res, m, bounds, c.claim_kind))
     return rows
 
 
@@ -657,11 +853,11 @@ def format_table(rows: list[CanaryRow]) -> str:
         out = f"{res.epsilon_lower:.2f}" + (" **caught**" if res.violates(claim) else "")
         return out + ("" if bound is None else f" (≤ {bound:.3g})")
 
-    lines = ["| estimator | claimed (epsilon, delta) | audited LB, honest | noise x 0.2 | "
+    lines = ["| estimator | claimed (epsilon, delta), from | audited LB, honest | noise x 0.2 | "
              "sensitivity x 0.5 | trials per data set |", "|---|---|---|---|---|---|"]
     for r in rows:
         b = r.bounds
-        lines.append(f"| `{r.name}` | ({r.claim_epsilon:.3g}, {r.delta:.3g}) | "
+        lines.append(f"| `{r.name}` | ({r.claim_epsilon:.3g}, {r.delta:.3g}) {r.claim_kind} | "
                      f"{cell(r.honest, r.claim_epsilon, b[0])} | "
                      f"{cell(r.noise_x02, r.claim_epsilon, b[1])} | "
                      f"{cell(r.sensitivity_x05, r.claim_epsilon, b[2])} | {r.num_trials} |")
@@ -674,11 +870,15 @@ AUDIT_LEVELS = {"dp-iv": 0.25}
 AUDIT_DELTA = 0.05
 
 
-def registry_cases(names: list[str] | None = None) -> list[CanaryCase]:
-    """The canary cases of every private registered estimator (or of ``names``)."""
+def registry_cases(names: list[str] | None = None, **kwargs: Any) -> list[CanaryCase]:
+    """The canary cases of every private registered estimator (or of ``names``): the
+    trajectory attack, audited against the GDP curve of the run's Gaussian events where there
+    is one (else the ledger's rho-zCDP curve, else its (epsilon, delta)), at
+    :data:`AUDIT_DELTA`. ``kwargs`` go to :func:`canary_case` (e.g. a smaller search)."""
     from dpjax import registry
 
-    return [canary_case(e, AUDIT_LEVELS.get(e.family, 1.0), delta=AUDIT_DELTA)
+    return [canary_case(e, AUDIT_LEVELS.get(e.family, 1.0), delta=AUDIT_DELTA,
+                        attack="trajectory", claim="curve", **kwargs)
             for e in registry.entries()
             if e.private and (names is None or e.name in names)]
 
@@ -702,12 +902,20 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():  # the classic-Gaussian range warning at epsilon > 1
         warnings.simplefilter("ignore")
         rows = []
-        cases = [c for c in mechanism_cases() if not args.names or c.name in args.names]
-        others = [n for n in args.names if not n.startswith("mechanism/")]
-        if others or not args.names:
-            cases += registry_cases(others or None)
-        for case in cases:
-            rows += canary_table([case], jax.random.key(args.seed), args.trials)
+        from dpjax import registry
+
+        # (name, build, trials): each case built and audited in turn (rows print as they
+        # come); the Wang & Xu release is audited at delta = 1e-5, which needs 10^5 trials
+        todo = [(c.name, lambda c=c: c, args.trials) for c in mechanism_cases()]
+        todo += [(c.name, lambda c=c: c, max(args.trials, 100_000))
+                 for c in wang_xu_radius_cases()]
+        todo += [(e.name, lambda name=e.name: registry_cases([name])[0], args.trials)
+                 for e in registry.entries() if e.private]
+        if args.names:  # the named cases, in the order named
+            todo = sorted((t for t in todo if t[0] in args.names),
+                          key=lambda t: args.names.index(t[0]))
+        for _name, build, trials in todo:
+            rows += canary_table([build()], jax.random.key(args.seed), trials)
             print(format_table(rows[-1:]).splitlines()[-1], flush=True)
     print()
     print(format_table(rows))
@@ -740,11 +948,17 @@ def mechanism_cases(n: int = 10) -> list[CanaryCase]:
 
     * ``laplace_mechanism``: epsilon = 1, delta = 0 (the claim is tight: the privacy loss is
       exactly 1 in the tails);
-    * ``gaussian_mechanism_zcdp``: rho = 0.5, audited at (epsilon(rho, 0.05), 0.05);
-    * ``gaussian_mechanism`` (classic): (1, 1e-3);
+    * ``gaussian_mechanism_zcdp``: rho = 0.5, i.e. mu = 1 GDP, audited on that curve at
+      ``AUDIT_DELTA``;
+    * ``gaussian_mechanism`` (classic) at (1, 1e-3): mu-GDP with ``mu = 1 / sqrt(2 log(1.25 /
+      1e-3))``, audited on that curve at ``AUDIT_DELTA``;
     * ``noisy_hard_threshold``: s = 1 of d = 4, (1, 1e-3).
     """
-    from dpjax.accounting import zcdp_to_approx_dp
+    from dpjax.accounting import gaussian_epsilon
+
+    # the classic calibration at (1, 1e-3) is mu-GDP with mu = Delta / sigma: audited on that
+    # curve at AUDIT_DELTA (the events it records deliver it), where a halved sensitivity shows
+    classic_mu = 1.0 / float(mechanisms.epsilon_constant("gaussian-classic", 1e-3))
 
     def mean(x, norm):
         return mechanisms.bounded_mean(mechanisms.clip_linf(x, 1.0), 2.0, norm)
@@ -754,10 +968,10 @@ def mechanism_cases(n: int = 10) -> list[CanaryCase]:
                               1, 1.0, 0.0, None, 1.0),
         "mechanism/gaussian-zcdp": (
             lambda k, x: mechanisms.gaussian_mechanism_zcdp(k, mean(x, "l2"), 0.5)[0], 1,
-            float(zcdp_to_approx_dp(0.5, AUDIT_DELTA).epsilon), AUDIT_DELTA, 1.0, None),
+            float(gaussian_epsilon(1.0, AUDIT_DELTA)), AUDIT_DELTA, 1.0, None),
         "mechanism/gaussian-classic": (
-            lambda k, x: mechanisms.gaussian_mechanism(k, mean(x, "l2"), 1.0, 1e-3)[0], 1, 1.0,
-            1e-3, 1.0 / float(mechanisms.epsilon_constant("gaussian-classic", 1e-3)), None),
+            lambda k, x: mechanisms.gaussian_mechanism(k, mean(x, "l2"), 1.0, 1e-3)[0], 1,
+            float(gaussian_epsilon(classic_mu, AUDIT_DELTA)), AUDIT_DELTA, classic_mu, None),
         "mechanism/noisy-ht": (
             lambda k, x: mechanisms.noisy_hard_threshold(k, mean(x, "linf"), 1, 1.0, 1e-3).value,
             4, 1.0, 1e-3, None, None),
@@ -769,9 +983,52 @@ def mechanism_cases(n: int = 10) -> list[CanaryCase]:
         data_out = data.at[0, 0].set(-1.0)
         direction = np.zeros(d)
         direction[0] = 1.0
+        kind = "ledger" if mu is None else "gdp-curve"
         cases.append(CanaryCase(name, _one_release(name, release), (), jnp.zeros(d), data_in,
                                 data_out, 0, flat_statistic(direction, np.zeros(d)), eps,
-                                delta, 2.0 / n, mu, pure))
+                                delta, 2.0 / n, mu, pure, "final", kind))
+    return cases
+
+
+def wang_xu_radius_cases(epsilon: float = 1.0, delta: float = 1e-5) -> list[CanaryCase]:
+    """Wang & Xu's (2021) published LDP-IHT gradient radius against the rectified one, where
+    the radius is a privacy parameter: a Gaussian local release of one user's gradient,
+    calibrated for ``(epsilon, delta)``-LDP from the declared range ``2 r``.
+
+    The pair: two admissible records (``|x_j| <= 1``, ``|y| <= 0.1``, ``d = 64``, ``k' = 32``)
+    at the worst-case unit ``k'``-sparse iterate; their gradients differ by ``sqrt(2)`` times
+    the rectified radius, 3.7 times the published range, so the published radius's release is
+    not ``(epsilon, delta)``-DP (its exact epsilon at ``delta = 1e-5`` is about 3.6) and the
+    rectified one's is. The claim of both is ``(epsilon, delta)``. (The registered
+    ``ldp-iht/wang-xu-literal`` estimator uses the l2-ball randomizer, which is epsilon-LDP for
+    every radius: there the published radius biases the reports but is no privacy failure.)
+    """
+    from dpjax import local_randomizers as lr
+
+    d, kp, tau1, tau2 = 64, 32, 1.0, 0.1
+    theta = jnp.zeros(d).at[:kp].set(1 / math.sqrt(kp))
+
+    def grad(record):
+        return record[:d] * (jnp.dot(theta, record[:d]) - record[d])
+
+    rec_in = jnp.concatenate([jnp.full(d, tau1), jnp.array([-tau2])])
+    rec_out = rec_in.at[kp:d].set(-tau1)
+    diff = np.asarray(grad(rec_in) - grad(rec_out), np.float64)
+    cases = []
+    for variant, label in (("rectified", "rectified"),
+                           ("wang_xu_2021_literal", "published (not DP as claimed)")):
+        r = lr.ldp_iht_radius(d, kp, tau1, tau2, variant=variant)
+
+        def release(key, data, r=r):
+            stat = mechanisms.BoundedStatistic(grad(data[0]), jnp.float32(2 * r), "l2", "local")
+            return lr.local_gaussian(key, stat, epsilon, delta).value
+
+        name = f"wang-xu-radius/{label}"
+        mu = float(np.linalg.norm(diff)) / float(lr.local_gaussian_sigma(2 * r, epsilon, delta))
+        cases.append(CanaryCase(name, _one_release(name, release), (), jnp.zeros(d),
+                                rec_in[None], rec_out[None], 0,
+                                flat_statistic(diff, np.zeros(d)), float(epsilon),
+                                float(delta), float(np.linalg.norm(diff)), mu))
     return cases
 
 

@@ -102,7 +102,11 @@ def test_the_canary_pair_is_a_replace_one_neighbour_in_the_last_batch():
 MECHANISMS = {c.name: c for c in audit.mechanism_cases()}
 NOISE_CASES = ["mechanism/laplace", "mechanism/gaussian-zcdp", "mechanism/gaussian-classic",
                "dp-mean", "ld-dp-em/gmm", "clipped-gem/mor"]
-SENSITIVITY_CASES = ["mechanism/laplace", "mechanism/gaussian-zcdp"]
+# halved sensitivity: the core mechanisms, and a classic-Gaussian estimator audited on the GDP
+# curve of its events (the classic calibration's violation at its own delta = 1e-3 is beyond a
+# few thousand trials; on the curve at delta = 0.05 it is not)
+SENSITIVITY_CASES = ["mechanism/laplace", "mechanism/gaussian-zcdp",
+                     "mechanism/gaussian-classic", "dp-mean"]
 
 
 def _any_case(name):
@@ -141,33 +145,85 @@ def test_a_plant_within_the_calibrations_slack_is_not_a_violation():
     assert dp_mean.epsilon_bound(1.0) < dp_mean.claim_epsilon < dp_mean.epsilon_bound(0.5)
 
 
-def test_the_beta_only_paper_variant_of_dp_iv_is_caught(key):
-    """The paper-literal "beta only" DP-IV variant (no noise on the first stage) audited against
-    the claim the paper makes for it, that of the full DP-2S-GD at the same budget: caught."""
+def _entry(name):
+    (entry,) = [e for e in registry.entries() if e.name == name]
+    return entry
+
+
+def _beta_only_dp_iv(key):
+    """The "beta only" DP-IV variant (no noise on the first stage) against the claim the paper
+    makes for it, that of the full DP-2S-GD at the same budget (its own ledger says "not DP")."""
     (entry,) = [e for e in registry.entries("dp-iv") if e.name.startswith("dp-2s-gd-beta")]
     paper = _claim_only("dp-2s-gd/paper")
     case = audit.canary_case(entry, audit.AUDIT_LEVELS["dp-iv"], delta=audit.AUDIT_DELTA,
                              num_candidates=16, search_rounds=0)
-    assert case.claim_epsilon == np.inf  # its own ledger already says "not DP"
-    res = _audit(case, jax.random.fold_in(key, 3), trials=1000)
-    assert res.violates(paper.claim_epsilon), str(res)
+    assert case.claim_epsilon == np.inf
+    return _audit(case, key, trials=1000), paper.claim_epsilon, None
+
+
+def _unsplit_glm(key):
+    """Algorithm 1 with the budget not split over its T = 200 steps (the curve of the paper's
+    Figure 1, each step at the full (eps, delta)) against the paper's claim (1, 1/(2n)), which
+    implies (1, 0.05); the trajectory attack. Its own ledger's composed guarantee (the GDP
+    curve of its events) is not exceeded."""
+    from dpjax.algorithms import dp_glm
+
+    case = audit.canary_case(_entry(dp_glm.UNSPLIT_ENTRY), 1.0, delta=audit.AUDIT_DELTA,
+                             attack="trajectory", claim="curve", num_candidates=16,
+                             search_rounds=1, pilot_trials=128)
+    res = _audit(case, key, trials=4000)
+    assert not res.violates(case.claim_epsilon), str(res)  # what its ledger says it delivers
+    return res, 1.0, None
+
+
+def _wang_xu_radius(key):
+    """A Gaussian local release of one user's LDP-IHT gradient calibrated for (1, 1e-5) from
+    the declared range 2 r: at Wang & Xu's published radius caught, at the rectified one not
+    (:func:`dpjax.audit.wang_xu_radius_cases`)."""
+    rectified, published = audit.wang_xu_radius_cases()
+    k1, k2 = jax.random.split(key)
+    kw = dict(num_trials=100_000, batch_size=50_000)
+    return (audit.audit_case(published, k1, **kw), published.claim_epsilon,
+            (audit.audit_case(rectified, k2, **kw), rectified.claim_epsilon))
+
+
+@pytest.mark.parametrize("variant", [
+    _beta_only_dp_iv, _wang_xu_radius,
+    pytest.param(_unsplit_glm, marks=pytest.mark.slow),  # T = 200 steps: about 30 s of CPU
+], ids=lambda f: f.__name__.strip("_"))
+def test_paper_literal_variants_that_are_not_private_are_caught(variant, key):
+    """Each paper-literal variant that is not private, audited against the claim the paper
+    makes for it: caught (the lower bound exceeds the claim at 95% confidence); where the
+    corrected twin is audited the same way, it is not."""
+    res, paper_claim, corrected = variant(jax.random.fold_in(key, 3))
+    assert res.violates(paper_claim), str(res)
+    if corrected is not None:
+        assert not corrected[0].violates(corrected[1]), str(corrected[0])
 
 
 # ------------------------------------------------------------------------------------------
 # the whole registry (slow): the table of docs/audits.md
 # ------------------------------------------------------------------------------------------
 
-PRIVATE = [e.name for e in registry.entries() if e.private and e.ledger_private is not False]
+# ldp-public's data holds a public leaf (x_pub); the canary search replaces its row 0 too, so
+# its pair is not a neighbouring pair of private data (honest "caught" at 4.59: an artefact of
+# the audit, see docs/audits.md). Left out until canary_case keeps public leaves fixed.
+INVALID_PAIR = ("ldp-public",)
+PRIVATE = [e.name for e in registry.entries() if e.private and e.ledger_private is not False
+           and e.name not in INVALID_PAIR]
 
 # The planted bugs the table of docs/audits.md catches (python -m dpjax.audit --table --trials
-# 4000: key(0), the same keys as below). The others are either within the calibration's slack
-# (tight epsilon below the claim) or beyond this attack's power; docs/audits.md says which.
+# 4000: key(0), the same keys as below; trajectory attack, claims on the events' GDP curve).
+# Rows not listed are either within the calibration's slack, beyond this attack's power, or
+# were not re-run with the trajectory attack; docs/audits.md says which.
 CAUGHT = {
     "mechanism/laplace": PLANTS_BOTH, "mechanism/gaussian-zcdp": PLANTS_BOTH,
-    "mechanism/gaussian-classic": NOISE, "ld-dp-em/gmm": NOISE, "clipped-gem/gmm": NOISE,
-    "dp-gem/mor": NOISE, "clipped-gem/mor": NOISE, "dp-gem/rmc": NOISE,
-    "clipped-gem/rmc": NOISE, "dp-2s-gd/paper": NOISE, "dp-2s-gd/tight": NOISE,
-    "dp-mean": NOISE, "ldp-gem/mor": NOISE,
+    "mechanism/gaussian-classic": PLANTS_BOTH, "ld-dp-em/gmm": NOISE, "ld-dp-em/mor": NOISE,
+    "ld-dp-em/rmc": NOISE, "dp-gem/gmm": PLANTS_BOTH, "clipped-gem/gmm": PLANTS_BOTH,
+    "dp-gem/mor": PLANTS_BOTH, "clipped-gem/mor": PLANTS_BOTH, "dp-2s-gd/paper": PLANTS_BOTH,
+    "dp-2s-gd/tight": PLANTS_BOTH, "dp-mean": PLANTS_BOTH, "dp-gem/rmc": PLANTS_BOTH,
+    "clipped-gem/rmc": PLANTS_BOTH, "dp-gem-split/gmm": NOISE,
+    "alg1-noisy-gd-unsplit/logistic (not DP as claimed)": PLANTS_BOTH,
 }
 
 

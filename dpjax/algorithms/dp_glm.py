@@ -614,6 +614,18 @@ def _register() -> None:
     ]:
         registry.register(registry.Entry(name, "dp-glm", build, example, private=private,
                                          requested=half if private else None))
+    # The paper-literal budget-unsplit curve of Figure 1 (every step at the full (eps, delta)):
+    # NOT (eps, delta)-DP; its ledger states the composed guarantee it delivers. Registered so
+    # the conformance suite and the audit (which catches it against the paper's claim,
+    # tests/test_canary_audit.py) run over it. T = 200: the violation grows like sqrt(T); at
+    # the figure's T = 50 it lives at deltas a feasible audit cannot resolve (docs/audits.md).
+    registry.register(registry.Entry(
+        UNSPLIT_ENTRY, "dp-glm", functools.partial(noisy_gd, model, 200, "unsplit"),
+        functools.partial(_example, model, T=200)))
+
+
+#: The registry name of the budget-unsplit Algorithm 1 (not DP at the requested budget).
+UNSPLIT_ENTRY = "alg1-noisy-gd-unsplit/logistic (not DP as claimed)"
 
 
 _register()
