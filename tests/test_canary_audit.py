@@ -223,7 +223,7 @@ CAUGHT = {
     "dp-gem/mor": PLANTS_BOTH, "clipped-gem/mor": PLANTS_BOTH, "dp-2s-gd/paper": PLANTS_BOTH,
     "dp-2s-gd/tight": PLANTS_BOTH, "dp-mean": PLANTS_BOTH, "dp-gem/rmc": PLANTS_BOTH,
     "clipped-gem/rmc": PLANTS_BOTH, "dp-gem-split/gmm": NOISE,
-    "alg1-noisy-gd-unsplit/logistic (not DP as claimed)": PLANTS_BOTH,
+    "alg1-noisy-gd-unsplit/logistic (not DP as claimed)": PLANTS_BOTH, "ldp-gem/mor": NOISE,
 }
 
 
