@@ -649,18 +649,23 @@ def _robust_fields(eps: float, tau: Any, zeta: Any, s_rule: str, s: Any) -> list
     return _f32(tau, zeta, s_val)
 
 
-def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta, on_invalid,
-         options: dict[str, Any]) -> FitResult:
-    """Validate the shared arguments, build the estimator of ``kind`` and its hyperparameters,
-    and fit. ``kind``: ``"gradient"`` (Alg 2), ``"exact_m"`` (Alg 3) or ``"clipped"`` (Alg 1)."""
+def _checked(key, data, model, num_iterations, on_invalid):
+    """The arguments every fit shares, checked: ``(key, data, n, d, num_iterations)``."""
     key = as_key(key)
     if not isinstance(model, EMModel):
         raise TypeError(f"model must implement dpjax.models.EMModel (per_sample_gradients, ...); "
                         f"got {type(model).__name__}")
     _validate.check_on_invalid(on_invalid)
     data = model.validate_data(data, on_invalid)
-    n, d = model.num_records(data), model.dim(data)
     num_iterations = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    return key, data, model.num_records(data), model.dim(data), num_iterations
+
+
+def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta, on_invalid,
+         options: dict[str, Any]) -> FitResult:
+    """Validate the shared arguments, build the estimator of ``kind`` and its hyperparameters,
+    and fit. ``kind``: ``"gradient"`` (Alg 2), ``"exact_m"`` (Alg 3) or ``"clipped"`` (Alg 1)."""
+    key, data, n, d, num_iterations = _checked(key, data, model, num_iterations, on_invalid)
     eps = _scalar(_validate.check_epsilon(epsilon), "epsilon")
     dl = _scalar(_validate.check_delta(delta), "delta")
     if math.isfinite(eps) and dl > 1.0 / n:
@@ -771,14 +776,7 @@ def fit_ldp_gem(
         :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) delivers exactly
         ``(epsilon, delta)`` to every user.
     """
-    key = as_key(key)
-    if not isinstance(model, EMModel):
-        raise TypeError(f"model must implement dpjax.models.EMModel (per_sample_gradients, ...); "
-                        f"got {type(model).__name__}")
-    _validate.check_on_invalid(on_invalid)
-    data = model.validate_data(data, on_invalid)
-    n, d = model.num_records(data), model.dim(data)
-    num_iterations = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    key, data, n, d, num_iterations = _checked(key, data, model, num_iterations, on_invalid)
     ldp_user_groups(n, num_iterations)  # raises if n < T
     eps = _scalar(_validate.check_epsilon(epsilon), "epsilon")
     dl = _scalar(_validate.check_delta(delta), "delta")
