@@ -2,8 +2,8 @@
 
 `experiments/README.md` becomes `experiments/index.md`, `experiments/reports/**` keeps its
 layout (so the reports' relative links to their figures resolve), and `benchmarks/README.md`
-becomes `benchmarks.md`. Nothing is copied into docs/ by hand, so the site cannot drift from
-the reports.
+becomes `benchmarks.md` (with `benchmarks/figures/` as `figures/`). Nothing is copied into
+docs/ by hand, so the site cannot drift from the reports.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ def on_files(files, config):
         if path.is_file() and path.suffix in (".md", ".png", ".csv"):
             rel = path.relative_to(ROOT).as_posix()
             pairs[rel] = rel
+    for path in sorted((ROOT / "benchmarks" / "figures").glob("*.png")):  # benchmarks.md's
+        pairs[path.relative_to(ROOT).as_posix()] = f"figures/{path.name}"
     for src, uri in pairs.items():
         files.append(File.generated(config, uri, abs_src_path=str(ROOT / src)))
     return files

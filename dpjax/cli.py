@@ -40,11 +40,12 @@ def enable_compile_cache(cache_dir: str | None = None) -> str:
     return cache_dir
 
 
-def use_every_core() -> int | None:
-    """One JAX CPU device per core, so that ``dpjax run`` shards repetitions over all cores
-    (XLA runs one repetition's small blocked products on one thread). Leaves JAX alone if the
-    user chose a device count (``XLA_FLAGS=--xla_force_host_platform_device_count``,
-    ``JAX_NUM_CPU_DEVICES``) or JAX has already started. Returns the count set, else None."""
+def set_cpu_devices(count: int = 0) -> int | None:
+    """Ask JAX for ``count`` CPU devices (0: one per core) before it starts, so that
+    ``dpjax run --cpu-devices`` shards repetitions over them (XLA runs one repetition's
+    row-blocked products on one thread). Leaves JAX alone if the user chose a device count
+    (``XLA_FLAGS=--xla_force_host_platform_device_count``, ``JAX_NUM_CPU_DEVICES``) or JAX has
+    already started. Returns the count set, else None."""
     import os
 
     import jax
@@ -52,12 +53,14 @@ def use_every_core() -> int | None:
     if ("xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
             or "JAX_NUM_CPU_DEVICES" in os.environ):
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if count <= 0:
+        count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
     try:
-        jax.config.update("jax_num_cpu_devices", int(cores or 1))
+        jax.config.update("jax_num_cpu_devices", int(count))
     except RuntimeError:  # backends already initialised (e.g. cli.main called in a session)
         return None
-    return int(cores or 1)
+    return int(count)
 
 
 def _registry():
@@ -115,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--memory-budget", type=float, default=None, metavar="GB",
                      help="memory budget of each device's share of a chunk of repetitions, in "
                      "GB (default 0.25 on CPU, 2 on an accelerator); ignored with --chunk-size")
+    run.add_argument("--cpu-devices", type=int, default=None, metavar="N",
+                     help="shard repetitions over N JAX CPU devices (0: one per core; default: "
+                     "JAX's, one). Known issue: the DP-IV experiments (iv_*) hang with more "
+                     "than one CPU device")
     run.add_argument("--quick", action="store_true", help="a reduced run (under a minute)")
     run.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto",
                      help="generate each batch inside the scan ('stream') or all data first")
@@ -138,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "run":
-        use_every_core()
+        if args.cpu_devices is not None:
+            set_cpu_devices(args.cpu_devices)
         if args.no_compile_cache:  # also overrides JAX_COMPILATION_CACHE_DIR, which jax reads
             import jax
 

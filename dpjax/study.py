@@ -153,8 +153,8 @@ def _auto_chunk(setting: Setting, reps: int, budget_bytes: float, devices: int =
 
 def default_memory_budget_gb() -> float:
     """The default ``--memory-budget`` (per device): 0.25 GB on CPU, where larger chunks add
-    memory but no throughput (the CLI runs one CPU device per core, each busy with its share of
-    a chunk), 2 GB on an accelerator, where batching repetitions is what fills the device."""
+    memory but no throughput (a core is busy with one repetition's arrays already), 2 GB on an
+    accelerator, where batching repetitions is what fills the device."""
     return 0.25 if jax.default_backend() == "cpu" else 2.0
 
 

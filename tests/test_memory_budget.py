@@ -57,18 +57,19 @@ def test_chunks_are_evened_out_and_the_default_budget_follows_the_device():
     assert jax.default_backend() == "cpu" and study.default_memory_budget_gb() == 0.25
 
 
-def test_the_cli_uses_one_cpu_device_per_core_unless_told_otherwise(monkeypatch):
-    """`dpjax run` asks JAX for one CPU device per core, but leaves a user's XLA_FLAGS device
-    count alone, and does nothing once JAX has started (as here: no error)."""
+def test_cpu_devices_are_set_before_jax_starts_and_never_over_a_users_choice(monkeypatch):
+    """`dpjax run --cpu-devices N` asks JAX for N CPU devices (0: one per core), but leaves a
+    user's XLA_FLAGS device count alone, and does nothing once JAX has started (no error)."""
     import jax
 
     from dpjax import cli
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=3")
-    assert cli.use_every_core() is None
+    assert cli.set_cpu_devices(2) is None
     monkeypatch.setenv("XLA_FLAGS", "")
     jax.devices()  # JAX has started in this process: the update is refused, quietly
-    assert cli.use_every_core() is None
+    assert cli.set_cpu_devices(2) is None
     calls = []
     monkeypatch.setattr(jax.config, "update", lambda name, value: calls.append((name, value)))
-    assert cli.use_every_core() >= 1 and calls[0][0] == "jax_num_cpu_devices"
+    assert cli.set_cpu_devices(2) == 2 and calls == [("jax_num_cpu_devices", 2)]
+    assert cli.set_cpu_devices(0) >= 1
