@@ -387,6 +387,10 @@ def draw_panels(
 
                 ax.set_xticks(sorted(xs_drawn), [f"{v:g}" for v in sorted(xs_drawn)])
                 ax.xaxis.set_minor_formatter(NullFormatter())
+        else:  # at most 6 ticks: wide labels (n = 12500, 15000, ...) must not run together
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
         ax.grid(True, which="both", alpha=0.3)
         if drawn == 0:
             ax.text(0.5, 0.5, "no rows for this panel", transform=ax.transAxes, ha="center",
