@@ -43,12 +43,14 @@ __all__ = [
     "draw_panels",
     "plot_panels",
     "role_style",
+    "save_figure",
 ]
 
 # ----- the plotting facts (style, colours, band width): change them here only ---------------
 
 BAND_Z = 1.96  # band half-width in standard errors: a 95% normal interval for the mean
 BAND_ALPHA = 0.2
+DPI = 120  # every figure.png
 BAND_TEXT = f"shaded bands: mean \u00b1 {BAND_Z:g} s.e. over repetitions (95% interval)"
 NONPRIVATE_COLOR = "black"
 NONPRIVATE_LABEL = "non-private"
@@ -422,9 +424,13 @@ def plot_panels(
 ) -> None:
     """One panel per :class:`Panel`: curves with 95% bands in the style of their role, marks
     and the paper's claims; saved to ``path``."""
+    save_figure(draw_panels(rows, panels, suptitle=suptitle, ylabel=ylabel, y=y, logy=logy,
+                            ncols=ncols), path)
+
+
+def save_figure(fig: Any, path: str | Path) -> None:
+    """Write ``fig`` to ``path`` at the figures' resolution and close it."""
     import matplotlib.pyplot as plt
 
-    fig = draw_panels(rows, panels, suptitle=suptitle, ylabel=ylabel, y=y, logy=logy,
-                      ncols=ncols)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)

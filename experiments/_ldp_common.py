@@ -105,5 +105,4 @@ def loglog_figure(curves: Sequence[tuple], path: Any, title: str, xlabel: str,
     ax.set_title(f"{title}\n{plotting.BAND_TEXT}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, framealpha=0.7)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plotting.save_figure(fig, path)

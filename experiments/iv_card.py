@@ -199,8 +199,7 @@ def plot(iter_rows, summary, c, path):
                  f"step sizes from the non-private plug-in Theta_hat\n{plotting.BAND_TEXT}",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plotting.save_figure(fig, path)
 
 
 EXPERIMENTS = [

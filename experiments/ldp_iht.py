@@ -344,8 +344,7 @@ def plot(iter_rows, summary, c, path):
     fig.suptitle("LDP-IHT (Zhu et al. 2024, Algs 2 and 4) and Alg 1 at equal epsilon; "
                  f"{plotting.BAND_TEXT}", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plotting.save_figure(fig, path)
     write_csv(Path(path).with_name("slopes.csv"), slopes(summary, c))
 
 

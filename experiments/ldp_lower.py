@@ -236,8 +236,7 @@ def plot(iter_rows, summary, c, path):
     fig.suptitle("Hard instances of spec 001 §2.7 against the lower-bound rates; "
                  f"{plotting.BAND_TEXT}", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plotting.save_figure(fig, path)
     write_csv(Path(path).with_name("flags.csv"), flags(summary, c))
 
 
