@@ -53,6 +53,7 @@ __all__ = [
     "first_stage_gradient",
     "first_stage_per_sample_gradients",
     "gradient_norms",
+    "least_squares",
     "second_stage_gradient",
     "second_stage_per_sample_gradients",
     "two_stage_least_squares",
@@ -169,11 +170,77 @@ def two_stage_least_squares(data: IVData) -> tuple[jax.Array, jax.Array]:
     Returns:
         ``(beta_hat (p,), theta_hat (q, p))`` with ``theta_hat = argmin ||X - Z Theta||_F`` and
         ``beta_hat = argmin ||Y - Z theta_hat beta||``, i.e.
-        ``(X^T P_Z X)^{-1} X^T P_Z Y``. Least squares by SVD for numerical stability.
+        ``(X^T P_Z X)^{-1} X^T P_Z Y``, by :func:`least_squares` (plain XLA operations, no LAPACK).
     """
-    theta_hat = jnp.linalg.lstsq(data.z, data.x)[0]
-    beta_hat = jnp.linalg.lstsq(data.z @ theta_hat, data.y)[0]
+    theta_hat = least_squares(data.z, data.x)
+    beta_hat = least_squares(data.z @ theta_hat, data.y)
     return beta_hat, theta_hat
+
+
+def least_squares(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``argmin_x ||a x - b||`` for a full-column-rank ``a (n, k)``, ``b (n,)`` or ``(n, m)``.
+
+    Normal equations on the column-equilibrated ``a`` (each column scaled to unit norm), solved
+    by a Cholesky factorisation written in plain XLA operations, plus one step of iterative
+    refinement on the residual (the corrected semi-normal equations): accurate to float32
+    rounding for the well-posed designs of the IV studies (condition number of ``a`` up to
+    ~1e3 after scaling; tested against NumPy's SVD solver).
+
+    Why not ``jnp.linalg.lstsq``: on CPU it is a LAPACK custom call (``gesdd``), and a kernel
+    holding it deadlocks when a study shards repetitions over several CPU devices (seen with
+    jax 0.10: both device executions wait forever). ``k`` is small here (the number of
+    instruments), so the ``O(k^3)`` loops cost nothing beside the ``O(n k^2)`` Gram matrix.
+    """
+    scale = jnp.sqrt(jnp.sum(jnp.square(a), axis=0))
+    scale = jnp.where(scale > 0, scale, 1.0)
+    a_s = a / scale[None, :]
+    chol = _cholesky(a_s.T @ a_s)
+
+    def solve(rhs):
+        return _back_substitute(chol, _forward_substitute(chol, a_s.T @ rhs))
+
+    x = solve(b)
+    x = x + solve(b - a_s @ x)
+    return x / (scale[:, None] if b.ndim == 2 else scale)
+
+
+def _cholesky(g: jax.Array) -> jax.Array:
+    """Lower Cholesky factor of a symmetric positive-definite ``g (k, k)``, column by column.
+
+    A pivot that rounding makes non-positive (a rank-deficient ``g``) is floored at
+    ``k * eps * max(diag g)`` instead of producing NaN.
+    """
+    k = g.shape[0]
+    idx = jnp.arange(k)
+    floor = k * jnp.finfo(g.dtype).eps * jnp.max(jnp.diagonal(g))
+
+    def column(j, low):
+        row = jnp.where(idx < j, low[j], 0.0)
+        pivot = jnp.sqrt(jnp.maximum(g[j, j] - row @ row, floor))
+        col = (g[:, j] - low @ row) / pivot
+        return low.at[:, j].set(jnp.where(idx > j, col, jnp.where(idx == j, pivot, 0.0)))
+
+    return jax.lax.fori_loop(0, k, column, jnp.zeros_like(g))
+
+
+def _forward_substitute(low: jax.Array, b: jax.Array) -> jax.Array:
+    """Solve ``low y = b`` (rows of ``y`` not yet solved are zero, so ``low[i] @ y`` is the sum)."""
+
+    def row(i, y):
+        return y.at[i].set((b[i] - low[i] @ y) / low[i, i])
+
+    return jax.lax.fori_loop(0, low.shape[0], row, jnp.zeros_like(b))
+
+
+def _back_substitute(low: jax.Array, y: jax.Array) -> jax.Array:
+    """Solve ``low^T x = y``."""
+    k = low.shape[0]
+
+    def row(j, x):
+        i = k - 1 - j
+        return x.at[i].set((y[i] - low[:, i] @ x) / low[i, i])
+
+    return jax.lax.fori_loop(0, k, row, jnp.zeros_like(y))
 
 
 # --------------------------------------------------------------------------------------------
