@@ -69,3 +69,36 @@ def test_the_projection_skipped_for_grid8_codes_is_the_identity(norm):
     small = GLM(design="grid8", sigma_x=0.5)
     assert float(jnp.max(jnp.abs(small.clipped_gradient(beta, data, 1.0, norm).value
                                  - got.value))) > 1e-4
+
+
+@pytest.mark.parametrize("design, row_block", [("grid8", None), ("grid8", 8), ("uniform", 8)])
+def test_clipped_gradient_on_the_support_equals_the_dense_one(design, row_block):
+    """An s-sparse beta with its support given: the predictors read s columns only, the
+    gradient is the dense one (8-bit codes, float designs that the box clips, row blocks)."""
+    d, s = 16, 3
+    truth = jnp.linspace(-3.0, 3.0, d)
+    data = GLM(design=design).simulate(jax.random.key(4), 50, truth)
+    if design == "uniform":  # values beyond the box, so the clip acts on the gathered columns
+        data = data._replace(x=2.5 * data.x)
+    beta = jnp.zeros(d).at[jnp.array([2, 9, 13])].set(jnp.array([1.5, -2.0, 0.7]))
+    support = jax.lax.top_k(jnp.abs(beta), s)[1]
+    model = GLM(design=design, sigma_x=1.0, row_block=row_block)
+    dense = model.clipped_gradient(beta, data, 1.0, "linf")
+    sparse = jax.jit(lambda b, sp: model.clipped_gradient(b, data, 1.0, "linf", support=sp).value)(
+        beta, support)
+    assert float(jnp.max(jnp.abs(sparse - dense.value))) <= 1e-6 * float(jnp.max(jnp.abs(dense.value)))
+    # a support that misses a non-zero of beta changes the gradient (the path reads only it)
+    partial = model.clipped_gradient(beta, data, 1.0, "linf", support=support[:2]).value
+    assert float(jnp.max(jnp.abs(partial - dense.value))) > 1e-3
+    if design == "uniform":
+        with pytest.raises(ValueError, match="support= needs norm='linf'"):
+            model.clipped_gradient(beta, data, 1.0, "l2", support=support)
+
+
+def test_algorithm5_start_keeps_s_entries():
+    """Algorithm 5 relies on s-sparse iterates: a denser start keeps its s largest entries."""
+    from dpjax.algorithms import dp_glm
+
+    est = dp_glm.noisy_iht(GLM(), 2, 3)
+    state = est.init(jnp.array([0.1, -3.0, 0.2, 2.0]))
+    assert bool((state.beta == jnp.array([0.0, -3.0, 0.0, 2.0])).all())

@@ -227,7 +227,10 @@ def _make_noisy_gd_step(model: Any, T: int, calibration: Calibration, margin: fl
 def _make_noisy_iht_step(model: Any, T: int, s: int, margin: float, split: bool):
     def step(key, state: GLMState, data, hp: GLMHyperparams):
         beta = state.beta
-        grad = model.clipped_gradient(beta, data, hp.truncation, "linf")
+        # beta has at most s non-zeros (beta0 is checked, then peeling keeps s): the
+        # predictors read only those s columns of the design
+        support = jax.lax.top_k(jnp.abs(beta), s)[1]
+        grad = model.clipped_gradient(beta, data, hp.truncation, "linf", support=support)
         # l-infinity sensitivity eta * B / n (declared; the true one rides along in the event)
         stat = with_sensitivity_margin(grad, margin).scale(-hp.eta).shift(beta)
         k = T if split else 1
@@ -263,6 +266,12 @@ def _make_iht_step(model: Any, s: int):
 
 def _init(beta0: Any) -> GLMState:
     return GLMState(jnp.asarray(beta0, dtype=jnp.result_type(float)))
+
+
+def _sparse_init(s: int, beta0: Any) -> GLMState:
+    """Algorithm 5's start: at most ``s`` non-zeros, the invariant its step relies on (a
+    denser ``beta0`` keeps its ``s`` largest entries; :func:`fit_sparse_dp_glm` refuses one)."""
+    return GLMState(hard_threshold(_init(beta0).beta, s).value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,6 +316,9 @@ def noisy_iht(
 ) -> Estimator:
     """Algorithm 5: noisy iterative hard thresholding with peeling (spec 003 §2.5).
 
+    Every iterate has at most ``s`` non-zeros (a starting value with more keeps its ``s``
+    largest), so the predictors ``x_i^T beta`` read only ``s`` columns of the design.
+
     Args:
         model: a :class:`~dpjax.models.glm.GLM`.
         s: the sparsity of every iterate (static), ``1 <= s <= d``.
@@ -326,7 +338,8 @@ def noisy_iht(
 def _build_noisy_iht(model: Any, s: int, T: int, b: float, split: bool) -> Estimator:
     name = f"alg5-noisy-iht{'' if split else '[unsplit]'}/{model.name}"
     return Estimator(
-        name, _init, _make_noisy_iht_step(model, T, s, b / 2.0, split), T, "full",
+        name, functools.partial(_sparse_init, s), _make_noisy_iht_step(model, T, s, b / 2.0, split),
+        T, "full",
         functools.partial(_ledger_alg5, name, model, T, s, b, split),
     )
 

@@ -103,6 +103,10 @@ def _centred_codes(x: jax.Array) -> jax.Array:
     return x.astype(jnp.float32) - 127.5
 
 
+def _raw(x: jax.Array) -> jax.Array:
+    return x
+
+
 #: The largest absolute value :func:`decode_design` returns for ``uint8`` codes.
 GRID8_BOUND = 255.0 / 256.0
 
@@ -317,7 +321,8 @@ class GLM:
         return truncation + self.c1
 
     def clipped_gradient(
-        self, beta: jax.Array, data: GLMData, truncation: Any, norm: DesignNorm
+        self, beta: jax.Array, data: GLMData, truncation: Any, norm: DesignNorm,
+        support: jax.Array | None = None,
     ) -> BoundedStatistic:
         r"""The clipped gradient ``g(beta)`` with its replace-one sensitivity.
 
@@ -331,6 +336,11 @@ class GLM:
             data: the data set.
             truncation: ``R`` (array or float) in ``(0, inf]``; inf only for non-private use.
             norm: ``"l2"`` (Algorithm 1) or ``"linf"`` (Algorithm 5).
+            support: optional ``(k,)`` distinct indices that hold every non-zero of ``beta``
+                (e.g. an s-sparse IHT iterate's ``top_k``): the predictors ``x_i^T beta`` then
+                read only those ``k`` columns of the design, not all ``d`` (the same sum,
+                without its zero terms). Not with ``norm="l2"`` on a float design, whose
+                projection of a record needs every coordinate.
         """
         n, d = data.x.shape
         R = jnp.asarray(truncation, beta.dtype)
@@ -352,7 +362,25 @@ class GLM:
             return resid @ xt
 
         decode = _centred_codes if in_bound else decode_design
-        value = self._rowwise(part, data.x, data.y, decode=decode) * scale / n
+        if support is not None:
+            if norm == "l2" and not in_bound:
+                raise ValueError("support= needs norm='linf' (or 8-bit codes inside the l2 "
+                                 "ball): the l2 projection of a record reads every coordinate")
+            b_support = jnp.take(b, support)
+
+            def part_sparse(codes, y):  # the codes of the support only, decoded and clipped
+                xs = decode(jnp.take(codes, support, axis=1))
+                xs = xs if in_bound else self.clip_design(xs, norm)
+                u = sanitize(xs @ b_support)
+                if math.isfinite(U):
+                    u = clip_linf(u, U)
+                xt = decode(codes)
+                xt = xt if in_bound else self.clip_design(xt, norm)
+                return (self.mean(u) - clip_linf(y, R)) @ xt
+
+            value = self._rowwise(part_sparse, data.x, data.y, decode=_raw) * scale / n
+        else:
+            value = self._rowwise(part, data.x, data.y, decode=decode) * scale / n
         radius = self.sigma_x * (math.sqrt(d) if norm == "l2" else 1.0)
         sens = 2.0 * self.residual_bound(R) * radius / n
         return BoundedStatistic(value, sens, norm, "replace-one")
