@@ -118,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--memory-budget", type=float, default=None, metavar="GB",
                      help="memory budget of each device's share of a chunk of repetitions, in "
                      "GB (default 0.25 on CPU, 2 on an accelerator); ignored with --chunk-size")
-    run.add_argument("--cpu-devices", type=int, default=None, metavar="N",
-                     help="shard repetitions over N JAX CPU devices (0: one per core; default: "
-                     "JAX's, one). Known issue: the DP-IV experiments (iv_*) hang with more "
-                     "than one CPU device")
+    run.add_argument("--cpu-devices", type=int, default=0, metavar="N",
+                     help="shard repetitions over N JAX CPU devices (default 0: one per core; "
+                     "1: JAX's single device). An XLA_FLAGS or JAX_NUM_CPU_DEVICES device "
+                     "count wins")
     run.add_argument("--quick", action="store_true", help="a reduced run (under a minute)")
     run.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto",
                      help="generate each batch inside the scan ('stream') or all data first")
@@ -145,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "run":
-        if args.cpu_devices is not None:
-            set_cpu_devices(args.cpu_devices)
+        if args.cpu_devices < 0:
+            print(f"dpjax: error: --cpu-devices must be >= 0 (0: one per core); got "
+                  f"{args.cpu_devices}", file=sys.stderr)
+            return 2
+        set_cpu_devices(args.cpu_devices)
         if args.no_compile_cache:  # also overrides JAX_COMPILATION_CACHE_DIR, which jax reads
             import jax
 

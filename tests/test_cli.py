@@ -189,6 +189,7 @@ BAD_INPUTS = [
     ("em_fig1", ["--set", "d"], "--set: expected KEY=VALUE; got 'd'"),
     ("em_fig1", ["--reps", "0"], "--reps must be >= 1"),
     ("em_fig1", ["--chunk-size", "0"], "--chunk-size must be >= 1"),
+    ("em_fig1", ["--cpu-devices", "-1"], "--cpu-devices must be >= 0"),
     ("em_fig1", ["--set", "n_base=1000000000000"], "one repetition needs"),
 ]
 
