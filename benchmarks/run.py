@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import json
 import math
@@ -129,6 +130,17 @@ FAMILIES = {
             Size(4, ("dims=3", "n_grid=1000", "clip_consts=1", "references=false", "T=5"),
                  {"n": 1000, "dim": 3, "T": 5}, ("--n", "1000", "--dim", "3", "--T", "5")),
             n_keys=("n_grid",), d_keys=("dims",),
+        ),
+        Family(
+            "gem", "DP gradient EM Alg 2 (spec 002, Figs 2/6): GMM, n=100000, d=10, T=22, "
+            "eps in {0.2, 0.5, 1, inf}", "gem_fig6", "numpy_gem",
+            Size(20, ("methods=dp-gem", "n_grid=100000", "d_grid=10", "n_base=100000",
+                      "d_base=10", "eps_grid=0.2,0.5,1"),
+                 {"n": 100000, "d": 10, "T": 22}, ("--n", "100000", "--d", "10", "--T", "22")),
+            Size(2, ("methods=dp-gem", "n_grid=10000", "d_grid=5", "n_base=10000",
+                     "d_base=5", "eps_grid=0.2,0.5,1", "T=5"),
+                 {"n": 10000, "d": 5, "T": 5}, ("--n", "10000", "--d", "5", "--T", "5")),
+            n_keys=("n_grid", "n_base"), d_keys=("d_grid", "d_base"),
         ),
     ]
 }
@@ -402,6 +414,23 @@ def agreement(name: str) -> dict:
         theta, beta = npiv.estimate(rng, *(np.asarray(v, np.float64) for v in data), INF, INF,
                                     INF, INF, eta, alpha, T)
         want = np.concatenate([theta.ravel(), beta])
+    elif name == "gem":
+        from dpjax.algorithms import dp_gem
+        from dpjax.models import GaussianMixture
+
+        # epsilon = inf with an explicit, small truncation scale: no noise, but psi far from
+        # the identity (most scores beyond its polynomial range), so the comparison
+        # covers psi's closed form, the robust mean and the gradient-EM loop
+        n, d, T, s = 3000, 4, 12, 1.5
+        model = GaussianMixture(1.0)
+        truth = np.full(d, 3.0 / math.sqrt(d), np.float32)
+        data = model.simulate(key, n, truth)
+        beta0 = (0.5 * truth * np.array([1.0, -1.0, 0.5, 2.0], np.float32)).astype(np.float32)
+        f = functools.partial(np.asarray, dtype=np.float32)
+        hp = dp_gem.DPGEMHyperparams(f(INF), f(1.0 / n), f(1.0), f(1.0), f(0.05), f(s))
+        got = _dpjax_final(dp_gem.dp_gem(model, T, "explicit"), data, beta0, hp).beta
+        want = _numpy("numpy_gem").estimate(rng, np.asarray(data.y, np.float64),
+                                            beta0.astype(np.float64), INF, 1.0, T, s=s)
     else:
         raise ValueError(f"unknown family {name!r}")
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
@@ -443,6 +472,7 @@ SCALING = {  # family -> (repetitions at the full size, sample sizes and dimensi
     "glm_gd": ((5, 10, 20, 40), (10000, 20000, 40000, 80000), (10, 20, 40, 80)),
     "glm_sparse": ((1, 2, 4), (10000, 20000, 40000), (2500, 5000, 10000)),
     "iv": ((10, 20, 40, 80), (2000, 4000, 8000, 16000), (3, 5, 8, 12)),
+    "gem": ((5, 10, 20, 40), (30000, 100000, 300000), (5, 10, 20, 40)),
 }
 AXES = ("reps", "n", "d")
 

@@ -340,9 +340,20 @@ def _psi_kernel(x: jax.Array, s: jax.Array, beta: jax.Array) -> jax.Array:
     return jnp.where(is_nan, jnp.zeros_like(out), out)
 
 
-# Records whose score goes through the full kernel: one first pass over n / _FIRST_SHARE of
-# them (usually enough: only outliers need it), then passes of n / _LOOP_SHARE until none is
-# left (small truncation scales, where most records do).
+# Records whose score goes through the full kernel. Sparse case (at most a share
+# 1 / _SPARSE_SHARE of the records): blocks of _BLOCK consecutive records that hold one are
+# gathered, up to 1 / _BLOCK_SHARE of the blocks per pass (finding them costs a prefix sum over
+# the block flags only; XLA's prefix sums on CPU are slow, ~10-40 ns per element). Dense case:
+# the records themselves, one first pass over n / _FIRST_SHARE of them, then passes of
+# n / _LOOP_SHARE until none is left (small truncation scales, where most records need it).
+_BLOCK = 16
+_BLOCK_SHARE = 64
+_SPARSE_SHARE = 512
+# Very sparse case (at most 1 / _RARE_SHARE of the records, e.g. a few outliers per column):
+# two levels of blocks, _BLOCK * _SUPER records and then _BLOCK records, at most size /
+# _RARE_SHARE of each per pass, so that nothing but the flags costs O(size).
+_SUPER = 16
+_RARE_SHARE = 4096
 _FIRST_SHARE = 64
 _LOOP_SHARE = 4
 
@@ -370,29 +381,135 @@ def _polynomial_only(x: jax.Array, s: jax.Array, beta: jax.Array) -> tuple[jax.A
     return value, poly_ok | ~s_ok
 
 
+def _full_scores(x: jax.Array, s: jax.Array, beta: jax.Array, idx: jax.Array, m: int
+                 ) -> jax.Array:
+    """The full kernel at the flat positions ``idx`` (clipped into range) of the flat records
+    ``x``, each with the ``s`` and ``beta`` of its row (rows of ``m`` records)."""
+    idx = jnp.clip(idx, 0, x.shape[0] - 1)
+    row = jnp.minimum(idx // m, s.shape[0] - 1)  # (the padding past the last row)
+    return jax.vmap(_psi_kernel)(x[idx], s[row], beta[row])
+
+
+def _sparse_pass(carry, x, s, beta, m):
+    """Score, with the full kernel, the pending records of up to ``nb / _BLOCK_SHARE`` blocks
+    of ``_BLOCK`` records that hold one (``x`` padded to whole blocks)."""
+    out, todo = carry
+    size = x.shape[0]
+    flags = jnp.any(todo.reshape(-1, _BLOCK), axis=1)
+    nb = flags.shape[0]
+    cap = max(1, -(-nb // _BLOCK_SHARE))
+    (blocks,) = jnp.nonzero(flags, size=cap, fill_value=nb)
+    idx = (blocks[:, None] * _BLOCK + jnp.arange(_BLOCK)[None, :]).reshape(-1)  # >= size: a fill
+    pending = todo.at[idx].get(mode="fill", fill_value=False)
+    full = _full_scores(x, s, beta, idx, m)
+    target = jnp.where(pending, idx, size)  # size: out of range, dropped
+    return (out.at[target].set(full, mode="drop"), todo.at[target].set(False, mode="drop"))
+
+
+def _rare_pass(carry, x, s, beta, m):
+    """Score, with the full kernel, the pending records of up to ``size / _RARE_SHARE``
+    blocks of ``_BLOCK`` records, found among as many super-blocks of ``_BLOCK * _SUPER``
+    records (``x`` padded to whole super-blocks)."""
+    out, todo = carry
+    size = x.shape[0]
+    big = _BLOCK * _SUPER
+    cap = max(1, -(-size // _RARE_SHARE))
+    flags = jnp.any(todo.reshape(-1, big), axis=1)
+    nsup = flags.shape[0]
+    (sup,) = jnp.nonzero(flags, size=min(cap, nsup), fill_value=nsup)
+    sub_todo = jnp.take(todo.reshape(nsup, big), sup, axis=0, mode="fill", fill_value=False)
+    sub_flags = jnp.any(sub_todo.reshape(-1, _BLOCK), axis=1)  # (cap * _SUPER,)
+    (sub,) = jnp.nonzero(sub_flags, size=min(cap, sub_flags.shape[0]),
+                         fill_value=sub_flags.shape[0])
+    sup_of = jnp.take(sup, sub // _SUPER, mode="fill", fill_value=nsup)
+    start = sup_of * big + (sub % _SUPER) * _BLOCK  # >= size for fills
+    idx = (start[:, None] + jnp.arange(_BLOCK)[None, :]).reshape(-1)
+    pending = todo.at[idx].get(mode="fill", fill_value=False)
+    full = _full_scores(x, s, beta, idx, m)
+    target = jnp.where(pending, idx, size)
+    return (out.at[target].set(full, mode="drop"), todo.at[target].set(False, mode="drop"))
+
+
+def _dense_pass(carry, x, s, beta, m, cap):
+    """Score, with the full kernel, the first ``cap`` pending records."""
+    out, todo = carry
+    size = x.shape[0]
+    (idx,) = jnp.nonzero(todo, size=cap, fill_value=size)  # size: out of range, dropped
+    full = _full_scores(x, s, beta, idx, m)
+    return out.at[idx].set(full, mode="drop"), todo.at[idx].set(False, mode="drop")
+
+
+def _psi_rows_impl(x: jax.Array, s: jax.Array, beta: jax.Array) -> jax.Array:
+    """:func:`psi` of the rows of ``x`` (``(..., m)``), row ``r`` with its own ``s[r]`` and
+    ``beta[r]`` (shape ``x.shape[:-1]``). Every record takes the clamped polynomial where psi
+    reduces to it; only the others go through the full kernel, gathered by blocks when they
+    are few (the usual case: outliers) and one by one when they are many (small ``s``), in
+    passes until none is left, so every input gets its score whatever their number."""
+    lead, m = x.shape[:-1], x.shape[-1]
+    s_rows = jnp.broadcast_to(s, lead)[..., None]  # (..., 1): per-row scalars, no rank change
+    beta_rows = jnp.broadcast_to(beta, lead)[..., None]
+    cheap_value, cheap = _polynomial_only(x, s_rows, beta_rows)
+    size = x.size
+    pad = -(-size // (_BLOCK * _SUPER)) * _BLOCK * _SUPER - size
+
+    def flat(v):
+        return jnp.pad(v.reshape(size), (0, pad)) if pad else v.reshape(size)
+
+    x_f, carry = flat(x), (flat(cheap_value), flat(~cheap))
+    s_f, beta_f = s_rows.reshape(-1), beta_rows.reshape(-1)
+    count = jnp.sum(carry[1])
+
+    def loop(body):
+        return lambda c: jax.lax.while_loop(lambda c: jnp.any(c[1]), body, c)
+
+    def rare(c):
+        return loop(lambda c: _rare_pass(c, x_f, s_f, beta_f, m))(c)
+
+    def sparse(c):
+        return loop(lambda c: _sparse_pass(c, x_f, s_f, beta_f, m))(c)
+
+    def dense(c):
+        first = max(1, -(-size // _FIRST_SHARE))
+        c = _dense_pass(c, x_f, s_f, beta_f, m, first)
+        cap = max(1, -(-size // _LOOP_SHARE))
+        return loop(lambda c: _dense_pass(c, x_f, s_f, beta_f, m, cap))(c)
+
+    # Real branches (the custom batching rule below keeps them out of vmap, which would turn
+    # them into selects that run every side): no record needs the full kernel in most steps of
+    # the DP gradient EM sweeps, and then the whole cost is the polynomial.
+    branch = jnp.where(count == 0, 0, 3)
+    branch = jnp.where(count * _SPARSE_SHARE <= size, jnp.minimum(branch, 2), branch)
+    branch = jnp.where(count * _RARE_SHARE <= size, jnp.minimum(branch, 1), branch)
+    out, _ = jax.lax.switch(branch, [lambda c: c, rare, sparse, dense], carry)
+    return out[:size].reshape(x.shape)
+
+
+_psi_rows = jax.custom_batching.custom_vmap(_psi_rows_impl)
+
+
+@_psi_rows.def_vmap
+def _psi_rows_vmap(axis_size, in_batched, x, s, beta):
+    """Under ``vmap`` (over columns, privacy levels, repetitions) the batch axis becomes one
+    more row axis, with ``s`` and ``beta`` broadcast per row; the call is again
+    :func:`_psi_rows`, so every enclosing ``vmap`` folds in the same way and the branch of
+    :func:`_psi_rows_impl` is taken once for the whole batch."""
+    x_b, s_b, beta_b = in_batched
+    if not x_b:
+        x = jnp.broadcast_to(x, (axis_size, *x.shape))
+    lead = x.shape[:-1]
+    s = jnp.broadcast_to(s if s_b else jnp.asarray(s), lead)
+    beta = jnp.broadcast_to(beta if beta_b else jnp.asarray(beta), lead)
+    return _psi_rows(x, s, beta), True
+
+
 @jax.custom_jvp
 def _psi_scores(x: jax.Array, s: jax.Array, beta: jax.Array) -> jax.Array:
     """:func:`psi` of a 1-D ``x``, the same values, at a fraction of the cost when few records
     need the tail branches: the cheap records take the polynomial, the others are gathered
-    through the full kernel (a loop that ends when none is left, so every input gets its
-    score whatever their number; equal to :func:`psi` up to float rounding of fused
-    operations, ~1 ulp of ``s``). Differentiable: the derivative is the full kernel's."""
-    size = x.shape[0]
-    cheap_value, cheap = _polynomial_only(x, s, beta)
-
-    def full_pass(carry, cap):
-        out, todo = carry
-        (idx,) = jnp.nonzero(todo, size=cap, fill_value=size)  # size: out of range, dropped
-        valid = jnp.arange(cap) < jnp.sum(todo)
-        full = _psi_kernel(x.at[idx].get(mode="clip"), s, beta)
-        out = out.at[jnp.where(valid, idx, size)].set(full, mode="drop")
-        return out, todo.at[idx].set(False, mode="drop")
-
-    carry = full_pass((cheap_value, ~cheap), max(1, -(-size // _FIRST_SHARE)))
-    loop_cap = max(1, -(-size // _LOOP_SHARE))
-    out, _ = jax.lax.while_loop(lambda c: jnp.any(c[1]), lambda c: full_pass(c, loop_cap),
-                                carry)
-    return out
+    through the full kernel (:func:`_psi_rows_impl`; equal to :func:`psi` up to float rounding
+    of fused operations, a few ulps of ``s``). Differentiable: the derivative is the full
+    kernel's."""
+    return _psi_rows(x, s, beta)
 
 
 @_psi_scores.defjvp
