@@ -83,6 +83,55 @@ def test_planted_bugs_change_the_noise_and_are_undone_on_exit(key):
             pass
 
 
+def test_planted_bugs_reach_the_local_gaussian_randomizers(key):
+    """The Gaussian reports of dpjax.local_randomizers calibrate and draw through
+    dpjax.mechanisms, so both plants reach them (per-user path, aggregate shortcut and the
+    symmetric matrix noise); the l2-ball randomizer has nothing for a plant to change."""
+    from dpjax import local_randomizers as lr
+
+    d, n = 4000, 10
+    mean = mechanisms.BoundedStatistic(jnp.zeros(d), 1.0, "l2", "local")
+    keys = iter(jax.random.split(key, 6))
+
+    def sd(k, symmetric=False):
+        if symmetric:
+            stat = mechanisms.BoundedStatistic(jnp.zeros((60, 60)), 1.0, "l2", "local")
+            rel = jax.jit(lambda k: lr.local_gaussian_aggregate(k, stat, n, 0.5, 1e-3,
+                                                                symmetric=True))(k)
+            upper = np.asarray(rel.value)[np.triu_indices(60)]  # the released entries
+            return float(np.std(upper)), float(rel.sigma_mean)
+        rel = jax.jit(lambda k: lr.local_gaussian_aggregate(k, mean, n, 0.5, 1e-3))(k)
+        return float(np.std(np.asarray(rel.value))), float(rel.sigma_mean)
+
+    for symmetric in (False, True):
+        honest, scale = sd(next(keys), symmetric)
+        assert honest == pytest.approx(scale, rel=0.05)
+        with audit.planted_bug("noise-x0.2"):
+            low, scale02 = sd(next(keys), symmetric)
+        assert low == pytest.approx(0.2 * scale, rel=0.05) and scale02 == pytest.approx(scale)
+        with audit.planted_bug("sensitivity-x0.5"):
+            half, scale05 = sd(next(keys), symmetric)
+        assert half == pytest.approx(0.5 * scale, rel=0.05)
+        assert scale05 == pytest.approx(0.5 * scale)
+    assert "ldp-randomizer" in audit.UNPLANTED_KINDS
+
+
+def test_the_canary_of_ldp_public_keeps_its_public_sample_fixed():
+    """ldp-public's data hold the public sample x_pub (Example.public marks it): the canary
+    pair differs in one private record (x, y) only, so it is a neighbouring pair of the
+    guarantee and the estimator is audited like every other."""
+    entry = _entry("ldp-public")
+    case = audit.canary_case(entry, 1.0, delta=audit.AUDIT_DELTA, attack="trajectory",
+                             claim="curve", num_candidates=8, search_rounds=0,
+                             pilot_trials=8, chunk=8)
+    x_pub = np.asarray(entry.example().data[2])
+    np.testing.assert_array_equal(np.asarray(case.data_in[2]), x_pub)
+    np.testing.assert_array_equal(np.asarray(case.data_out[2]), x_pub)
+    changed = [np.nonzero((np.asarray(a) != np.asarray(b)).reshape(len(a), -1).any(1))[0]
+               for a, b in zip(case.data_in[:2], case.data_out[:2])]
+    assert set(np.concatenate(changed)) == {case.index} and case.separation > 0
+
+
 def test_the_canary_pair_is_a_replace_one_neighbour_in_the_last_batch():
     case = _case("ld-dp-em/gmm")
     n = case.data_in.y.shape[0]
