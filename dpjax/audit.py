@@ -1025,6 +1025,10 @@ class CanaryRow(NamedTuple):
     num_trials: int
     bounds: tuple = (None, None, None)  # CanaryCase.epsilon_bound at factors 1, 0.2, 0.5
     claim_kind: str = "ledger"  # CanaryCase.claim_kind
+    # the canary's reach: separation / gdp_mu for a trajectory case with a GDP claim (the mu
+    # the pair attains along the noise-free path over the mu the events claim; a halved
+    # sensitivity is a violation on this pair only if reach > 1/2), else None
+    reach: float | None = None
 
 
 def canary_table(
@@ -1039,7 +1043,10 @@ def canary_table(
                if p is None or c.plants_apply else None
                for i, p in enumerate((None,) + PLANTS)]
         bounds = tuple(c.epsilon_bound(f) for f in (1.0, 0.2, 0.5))
-        rows.append(CanaryRow(c.name, c.claim_epsilon, c.delta, *res, m, bounds, c.claim_kind))
+        reach = (c.separation / c.gdp_mu if c.attack == "trajectory" and c.gdp_mu
+                 and c.claim_kind == "gdp-curve" else None)
+        rows.append(CanaryRow(c.name, c.claim_epsilon, c.delta, *res, m, bounds, c.claim_kind,
+                              reach))
     return rows
 
 
@@ -1052,13 +1059,15 @@ def format_table(rows: list[CanaryRow]) -> str:
         return out + ("" if bound is None else f" (≤ {bound:.3g})")
 
     lines = ["| estimator | claimed (epsilon, delta), from | audited LB, honest | noise x 0.2 | "
-             "sensitivity x 0.5 | trials per data set |", "|---|---|---|---|---|---|"]
+             "sensitivity x 0.5 | trials per data set | reach |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         b = r.bounds
         lines.append(f"| `{r.name}` | ({r.claim_epsilon:.3g}, {r.delta:.3g}) {r.claim_kind} | "
                      f"{cell(r.honest, r.claim_epsilon, b[0])} | "
                      f"{cell(r.noise_x02, r.claim_epsilon, b[1])} | "
-                     f"{cell(r.sensitivity_x05, r.claim_epsilon, b[2])} | {r.num_trials} |")
+                     f"{cell(r.sensitivity_x05, r.claim_epsilon, b[2])} | {r.num_trials} | "
+                     + ("" if r.reach is None else f"{r.reach:.2f}") + " |")
     return "\n".join(lines)
 
 

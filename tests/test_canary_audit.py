@@ -250,16 +250,78 @@ def test_paper_literal_variants_that_are_not_private_are_caught(variant, key):
         assert not corrected[0].violates(corrected[1]), str(corrected[0])
 
 
+PRIVATE = [e.name for e in registry.entries() if e.private and e.ledger_private is not False]
+
+# ------------------------------------------------------------------------------------------
+# every estimator, in the default run (CI): a small audit, honest below, noise x 0.2 caught
+# ------------------------------------------------------------------------------------------
+
+# The small audit: 16 candidate canaries, one greedy round, 64 pilot runs, 1000 trials per
+# data set (500 evaluate the event); one compile per estimator (dpjax.audit._Trajectories).
+FAST = dict(num_candidates=16, search_rounds=1, pilot_trials=64, chunk=64)
+FAST_TRIALS = 1000
+# Other trial counts: fewer for the full-batch DP-GEM runs on the largest examples (their
+# trials, not their compiles, dominate the cost; noise x 0.2 is caught well there), more for
+# ld-dp-em/rmc (its canary reaches about half the claimed mu: 1000 trials catch the plant only
+# about half the time); the rows checked honest-only need fewer.
+FAST_TRIALS_FOR = {"dp-gem/gmm": 500, "dp-gem/mor": 500, "dp-gem/rmc": 500,
+                   "dp-gem/rmc-exact-k": 500, "dp-em-exact/gmm": 500, "ld-dp-em/rmc": 4000}
+
+# Where a planted noise x 0.2 is not caught by the small audit, and why (docs/audits.md has
+# the numbers); for these the test checks the honest run only. Every other estimator must
+# catch it.
+FAST_NOISE_NOT_CAUGHT = {
+    **{name: "peeling / NoisyHT audited against the ledger's (epsilon, delta) at a small "
+       "delta: its advanced-composition calibration leaves more slack than x 0.2 removes at "
+       "any delta a few thousand trials resolve"
+       for name in ("mechanism/noisy-ht", "hd-dp-em/gmm", "hd-dp-em/mor", "hd-dp-em/rmc",
+                    "alg5-noisy-iht/logistic")},
+    "alg1-noisy-gd/logistic": "within the calibration's slack: tight epsilon 0.151 at delta "
+    "0.05 with noise x 0.2, against 0 without (test_a_plant_within_the_calibrations_slack...)",
+    **{name: "local DP through the central release: the iterate moves by a mean of m users' "
+       "reports, about sqrt(m) times more private than one report (the audited separation is "
+       "a few percent of the claimed mu)"
+       for name in ("ldp-gem/gmm", "ldp-gem/rmc", "ldp-nldp", "ldp-nldp/chunked-per-user",
+                    "ldp-public")},
+}
+
+
+@functools.cache
+def _fast_case(name: str) -> audit.CanaryCase:
+    if name in MECHANISMS:
+        return MECHANISMS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DPJaxWarning)
+        return audit.registry_cases([name], **FAST)[0]
+
+
+@pytest.mark.parametrize("name", list(MECHANISMS) + PRIVATE)
+def test_small_audit_of_every_estimator(name, key):
+    """Every private registered estimator and core mechanism, audited in the default run: the
+    honest lower bound stays at or below the claim (and the run's tight epsilon where known),
+    and with every noise draw x 0.2 it exceeds the claim, except where FAST_NOISE_NOT_CAUGHT
+    says why it cannot (the l2-ball randomizer: no plant reaches it). A new estimator is
+    audited by registering it."""
+    case = _fast_case(name)
+    k = jax.random.fold_in(key, 7)
+    check_plant = case.plants_apply and name not in FAST_NOISE_NOT_CAUGHT
+    trials = FAST_TRIALS_FOR.get(name, FAST_TRIALS if check_plant else 500)
+    honest = audit.audit_case(case, jax.random.fold_in(k, 0), num_trials=trials)
+    # (a claim of 0: Algorithm 1's GDP curve at delta = 0.05, see the slack test above)
+    assert 0 <= case.claim_epsilon < np.inf and case.separation > 0
+    assert not honest.violates(case.claim_epsilon), str(honest)
+    tight = case.epsilon_bound(1.0)
+    assert tight is None or honest.epsilon_lower <= tight, (str(honest), tight)
+    if not check_plant:
+        return
+    planted = audit.audit_case(case, jax.random.fold_in(k, 1), plant="noise-x0.2",
+                               num_trials=trials)
+    assert planted.violates(case.claim_epsilon), str(planted)
+
+
 # ------------------------------------------------------------------------------------------
 # the whole registry (slow): the table of docs/audits.md
 # ------------------------------------------------------------------------------------------
-
-# ldp-public's data holds a public leaf (x_pub); the canary search replaces its row 0 too, so
-# its pair is not a neighbouring pair of private data (honest "caught" at 4.59: an artefact of
-# the audit, see docs/audits.md). Left out until canary_case keeps public leaves fixed.
-INVALID_PAIR = ("ldp-public",)
-PRIVATE = [e.name for e in registry.entries() if e.private and e.ledger_private is not False
-           and e.name not in INVALID_PAIR]
 
 # The planted bugs the table of docs/audits.md catches (python -m dpjax.audit --table --trials
 # 4000: key(0), the same keys as below; trajectory attack, claims on the events' GDP curve).
@@ -285,7 +347,7 @@ def test_the_audit_table_row(name):
     (row,) = audit.canary_table([case], jax.random.key(0), 4000)
     assert not row.honest.violates(case.claim_epsilon), str(row.honest)
     for res, bound in zip((row.honest, row.noise_x02, row.sensitivity_x05), row.bounds):
-        assert bound is None or res.epsilon_lower <= bound, (str(res), bound)
+        assert res is None or bound is None or res.epsilon_lower <= bound, (str(res), bound)
     results = {"noise-x0.2": row.noise_x02, "sensitivity-x0.5": row.sensitivity_x05}
     for plant in CAUGHT.get(name, ()):
         assert results[plant].violates(case.claim_epsilon), (plant, str(results[plant]))
