@@ -840,6 +840,9 @@ def canary_case(
     recorded and sound for every delta, so it tests the calibration itself (a halved
     sensitivity doubles the true mu) where the ledger's single (epsilon, delta) point would
     need events of probability ``delta`` to be seen.
+
+    A trajectory case carries its compiled audit (:class:`_Trajectories`; ``chunk`` runs per
+    call), which :func:`audit_case` reuses for the honest and the planted trials.
     """
     _validate.check_choice(attack, "attack", ("final", "trajectory"))
     _validate.check_choice(claim, "claim", ("ledger", "curve"))

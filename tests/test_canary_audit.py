@@ -335,6 +335,7 @@ CAUGHT = {
     "dp-2s-gd/tight": PLANTS_BOTH, "dp-mean": PLANTS_BOTH, "dp-gem/rmc": PLANTS_BOTH,
     "clipped-gem/rmc": PLANTS_BOTH, "dp-gem-split/gmm": NOISE,
     "alg1-noisy-gd-unsplit/logistic (not DP as claimed)": PLANTS_BOTH, "ldp-gem/mor": NOISE,
+    "dp-gem-split/rmc": PLANTS_BOTH, "dp-em-exact/gmm": NOISE,
 }
 
 
