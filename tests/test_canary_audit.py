@@ -256,9 +256,9 @@ PRIVATE = [e.name for e in registry.entries() if e.private and e.ledger_private 
 # every estimator, in the default run (CI): a small audit, honest below, noise x 0.2 caught
 # ------------------------------------------------------------------------------------------
 
-# The small audit: 16 candidate canaries, one greedy round, 64 pilot runs, 1000 trials per
+# The small audit: 16 candidate canaries, one greedy round, 32 pilot runs, 1000 trials per
 # data set (500 evaluate the event); one compile per estimator (dpjax.audit._Trajectories).
-FAST = dict(num_candidates=16, search_rounds=1, pilot_trials=64, chunk=64)
+FAST = dict(num_candidates=16, search_rounds=1, pilot_trials=32, chunk=32)
 FAST_TRIALS = 1000
 # Other trial counts: fewer for the full-batch DP-GEM runs on the largest examples (their
 # trials, not their compiles, dominate the cost; noise x 0.2 is caught well there), more for
