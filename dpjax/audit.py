@@ -341,13 +341,24 @@ def glm_score_statistic(
 
 __all__ += ["AUDIT_DELTA", "AUDIT_LEVELS", "mechanism_cases", "registry_cases",
             "trajectory_mechanism", "trajectory_statistic", "wang_xu_radius_cases",
+            "UNPLANTED_KINDS",
             "CanaryCase", "CanaryRow", "PLANTS", "audit_case", "canary_case", "canary_table",
-            "flat_statistic", "planted_bug", "format_table"]
+            "flat_statistic", "planted_bug", "scaled_noise", "format_table"]
 
 #: The planted bugs: ``"noise-x0.2"`` draws 0.2 times the calibrated noise (the events, and so
 #: the ledger, still record the honest scale); ``"sensitivity-x0.5"`` calibrates every release
-#: from half the statistic's declared sensitivity (the events record the halved scale).
+#: from half the statistic's declared sensitivity (the events record the halved scale). They
+#: reach every Laplace, Gaussian and peeling release, central or local (the Gaussian reports of
+#: :mod:`dpjax.local_randomizers` calibrate and draw through :mod:`dpjax.mechanisms`).
 PLANTS = ("noise-x0.2", "sensitivity-x0.5")
+
+#: Release kinds no plant reaches, with the reason: the l2-ball randomizer's guarantee comes
+#: from a randomised choice of hemisphere with probabilities e^eps/(e^eps+1) and 1/(e^eps+1),
+#: not from a noise scale or a sensitivity (its output norm is a fixed function of the radius
+#: and scaling it is post-processing; its radius only moves the projection of the input, and
+#: the report is eps-LDP for every radius). Audits of such runs report the honest bound only.
+UNPLANTED_KINDS = {"ldp-randomizer": "the l2-ball randomizer has no noise scale or "
+                   "sensitivity calibration for a plant to change (eps-LDP for every radius)"}
 
 # The calibration functions of dpjax.mechanisms whose first argument is the sensitivity.
 _SCALE_FUNCTIONS = ("laplace_scale", "gaussian_sigma_classic", "gaussian_sigma_zcdp",
@@ -359,29 +370,46 @@ _NOISE_FUNCTIONS = ("laplace_noise", "gaussian_noise")
 def planted_bug(kind: str | None):
     """Temporarily plant an under-noising bug in :mod:`dpjax.mechanisms` (no file is edited).
 
-    Every Laplace, Gaussian, zCDP-Gaussian and peeling release of every estimator goes through
-    the noise draws and calibrations of :mod:`dpjax.mechanisms`, looked up at trace time, so
-    a function traced inside this context (a fresh ``jit``, as :func:`audit` makes) carries the
-    bug and one traced outside it does not. ``kind``: one of :data:`PLANTS`, or ``None`` (no
-    bug). Not thread-safe; for audits and tests only.
+    Every Laplace, Gaussian, zCDP-Gaussian and peeling release of every estimator, and every
+    Gaussian report of :mod:`dpjax.local_randomizers`, goes through the noise draws and
+    calibrations of :mod:`dpjax.mechanisms`, looked up at trace time, so a function traced
+    inside this context (a fresh ``jit``, as :func:`audit` makes) carries the bug and one traced
+    outside it does not. ``kind``: one of :data:`PLANTS`, or ``None`` (no bug). Not
+    thread-safe; for audits and tests only. (The l2-ball randomizer of local DP has no noise
+    scale and no sensitivity calibration: no plant reaches it, see :data:`PLANTS`.)
     """
     if kind is None:
         yield
         return
     if kind not in PLANTS + ("noise-x0",):
         raise ValueError(f"kind must be one of {PLANTS} or None; got {kind!r}")
+    if kind.startswith("noise-x"):
+        factors = (float(kind[len("noise-x"):]), None)
+    else:
+        factors = (None, 0.5)
+    with scaled_noise(*factors):
+        yield
+
+
+@contextlib.contextmanager
+def scaled_noise(noise: Any = None, sensitivity: Any = None):
+    """Inside: every noise draw of :mod:`dpjax.mechanisms` at ``noise`` times the calibrated
+    scale (the events record the honest scale), and every calibration from ``sensitivity``
+    times the declared sensitivity (the events record the scale drawn); ``None``: unchanged.
+
+    The factors may be traced values (so one compiled function serves the honest run, factors
+    1, and the planted ones): :func:`planted_bug` with fixed factors is this context."""
     saved = {name: getattr(mechanisms, name) for name in _SCALE_FUNCTIONS + _NOISE_FUNCTIONS}
     try:
-        if kind.startswith("noise-x"):
-            factor = float(kind[len("noise-x"):])
+        if noise is not None:
             for name in _NOISE_FUNCTIONS:
                 def draw(key, shape, scale, dtype=jnp.float32, _f=saved[name]):
-                    return _f(key, shape, factor * jnp.asarray(scale, dtype), dtype)
+                    return _f(key, shape, noise * jnp.asarray(scale, dtype), dtype)
                 setattr(mechanisms, name, draw)
-        else:
+        if sensitivity is not None:
             for name in _SCALE_FUNCTIONS:
-                def calibrate(sensitivity, *budget, _f=saved[name], **kw):
-                    return _f(0.5 * jnp.asarray(sensitivity), *budget, **kw)
+                def calibrate(sens, *budget, _f=saved[name], **kw):
+                    return _f(sensitivity * jnp.asarray(sens), *budget, **kw)
                 setattr(mechanisms, name, calibrate)
         yield
     finally:
@@ -451,6 +479,11 @@ class CanaryCase(NamedTuple):
     pure_epsilon: float | None = None
     attack: str = "final"
     claim_kind: str = "ledger"
+    engine: Any = None  # the compiled trajectory audit (_Trajectories) that built the case
+    records: tuple = ()  # (canary, replacement): the private rows that differ
+    weights: Any = None  # the trajectory statistic's weights, (num_steps, state size)
+    plants_apply: bool = True  # False where every release is of a kind no plant reaches
+
 
     def epsilon_bound(self, factor: float = 1.0) -> float | None:
         """The tight epsilon (at ``delta``) of the run with every noise scale times ``factor``,
@@ -513,6 +546,33 @@ def _candidate_records(data: PyTree, num: int, magnitude: float, seed: int) -> P
             rows.append(row.reshape(shape))
         out.append(jnp.asarray(np.stack(rows), arr.dtype))
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(data), out)
+
+
+def _private_records(data: PyTree, public: PyTree) -> tuple[list, Callable[[int, list], PyTree]]:
+    """The private leaves of ``data`` (a list; ``public``: a pytree of bools marking the public
+    leaves, or None) and ``with_record(index, record)``: ``data`` with row ``index`` of every
+    private leaf replaced by ``record``'s (a list in the same order). Public leaves (e.g. a
+    public sample, of any length) are never changed: the neighbouring relation of a guarantee
+    replaces one *private* record, so a canary pair that changed a public row would be outside
+    it."""
+    leaves, treedef = jax.tree_util.tree_flatten(data)
+    flags = [False] * len(leaves) if public is None else [
+        bool(p) for p in jax.tree_util.tree_leaves(public)]
+    if len(flags) != len(leaves):
+        raise ValueError(f"public must mark each of the data's {len(leaves)} leaves; got "
+                         f"{len(flags)} flags")
+    if all(flags):
+        raise ValueError("every leaf of the data is marked public: no private record to audit")
+    private = [leaf for leaf, p in zip(leaves, flags) if not p]
+
+    def with_record(index: int, record: list) -> PyTree:
+        rows = iter(record)
+        return jax.tree_util.tree_unflatten(treedef, [
+            leaf if p else jnp.asarray(leaf).at[index].set(
+                jnp.asarray(next(rows), jnp.asarray(leaf).dtype))
+            for leaf, p in zip(leaves, flags)])
+
+    return private, with_record
 
 
 def _single_entry_variants(record: PyTree, magnitude: float) -> PyTree:
@@ -651,6 +711,90 @@ def _weights(var: np.ndarray) -> np.ndarray:
     return 1.0 / np.maximum(var, floor)
 
 
+_FACTORS = {None: (1.0, 1.0), "noise-x0.2": (0.2, 1.0), "sensitivity-x0.5": (1.0, 0.5)}
+
+
+class _Trajectories:
+    """The trajectory audit of one estimator as one compiled function.
+
+    ``runs`` gives, for each trial, a run on the data set with row ``index`` of its private
+    leaves replaced by a record, with its noise and sensitivity scaled by traced factors
+    (:func:`scaled_noise`; 1 and 1: the honest run), every iterate it releases, its events, and
+    the noise-free next states ``a_t``, ``b_t`` from each of its iterates on two more data sets
+    (records ``a`` and ``b``). The three steps are one step vmapped over three lanes, so the
+    pilot, the noise-free reference path, the canary search and the trials of the honest and
+    the planted runs cost one compile per estimator; calls go in chunks of a fixed size (the
+    last padded). Trial ``i`` of a call runs with key ``fold_in(key, i)`` (step ``t``:
+    ``fold_in(fold_in(key, i), t)``, as :func:`dpjax.base.run`).
+    """
+
+    def __init__(self, estimator: Estimator, hp: PyTree, params0: PyTree,
+                 with_record: Callable[[int, list], PyTree], index: int, chunk: int):
+        self.chunk = chunk
+        num_steps = estimator.num_steps
+        nf_key = jax.random.key(0x5EED)
+
+        def one(key, i, rec_run, rec_a, rec_b, noise, sens):
+            datas = [with_record(index, r) for r in (rec_run, rec_a, rec_b)]
+            stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *datas)  # lanes first
+            if estimator.batching == "disjoint":
+                batches = jax.vmap(lambda d: split_batches(d, num_steps))(stacked)
+                xs = (jnp.arange(num_steps), jax.tree_util.tree_map(
+                    lambda x: jnp.moveaxis(x, 0, 1), batches))
+            else:
+                xs = (jnp.arange(num_steps), None)
+            run_key = jax.random.fold_in(key, i)
+
+            def lane(k, state, batch, nf, sf):
+                with scaled_noise(nf, sf):
+                    return estimator.step(k, state, batch, hp)
+
+            def body(state, x):
+                t, batch3 = x
+                # the noise-free lanes draw noise times 0: their keys are fresh, never used
+                keys = jnp.concatenate([jax.random.fold_in(run_key, t)[None],
+                                        jax.random.split(jax.random.fold_in(nf_key, t))])
+                new3, info3 = jax.vmap(lane, in_axes=(0, None, 0, 0, 0))(
+                    keys, state, stacked if batch3 is None else batch3,
+                    jnp.stack([noise, jnp.zeros_like(noise), jnp.zeros_like(noise)]),
+                    jnp.stack([sens, jnp.ones_like(sens), jnp.ones_like(sens)]))
+                lane_of = lambda tree, j: jax.tree_util.tree_map(  # noqa: E731
+                    lambda v: v[j], tree)
+                flat3 = jax.vmap(lambda st: sanitize(_flat_state(st)))(new3)
+                return lane_of(new3, 0), (flat3, lane_of(info3.events, 0))
+
+            _, (flat3, events) = jax.lax.scan(body, estimator.init(params0), xs)
+            return flat3[:, 0], flat3[:, 1], flat3[:, 2], events
+
+        self._run = jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0, 0, 0, 0)))
+
+    @staticmethod
+    def tile(record: list, m: int) -> list:
+        """``record`` (a list of rows) repeated ``m`` times along a new leading axis."""
+        return [jnp.broadcast_to(jnp.asarray(r), (m,) + jnp.shape(r)) for r in record]
+
+    def runs(self, key: jax.Array, rec_run: list, rec_a: list, rec_b: list, m: int,
+             plant: str | None = None, noise: float | None = None):
+        """``m`` trials (records with a leading axis ``m``): per chunk, numpy ``(x, a, b)``
+        (each ``(chunk, num_steps, state size)``: the released iterates and the noise-free
+        next states on data sets ``a`` and ``b``) and the events; a generator."""
+        nf, sf = _FACTORS[plant]
+        nf = nf if noise is None else noise
+        extra = -m % self.chunk
+        pad = lambda x: jnp.concatenate(  # noqa: E731
+            [x, jnp.repeat(x[-1:], extra, axis=0)]) if extra else x
+        idx = pad(jnp.arange(m, dtype=jnp.uint32))
+        recs = [[pad(jnp.asarray(r)) for r in rec] for rec in (rec_run, rec_a, rec_b)]
+        nfs = jnp.full(idx.shape, nf, jnp.float32)
+        sfs = jnp.full(idx.shape, sf, jnp.float32)
+        for lo in range(0, idx.shape[0], self.chunk):
+            sl = slice(lo, lo + self.chunk)
+            x, a, b, events = self._run(key, idx[sl], *[[r[sl] for r in rec] for rec in recs],
+                                        nfs[sl], sfs[sl])
+            yield (np.asarray(x, np.float64), np.asarray(a, np.float64),
+                   np.asarray(b, np.float64), events)
+
+
 def canary_case(
     entry: Any,
     level: float = 1.0,
@@ -664,13 +808,16 @@ def canary_case(
     attack: str = "final",
     claim: str = "ledger",
     pilot_trials: int = 256,
+    chunk: int = 256,
 ) -> CanaryCase:
     """Build the canary audit of a registry entry at privacy ``level``.
 
     The adversarial neighbouring pair is found by search: ``num_candidates`` candidate records
     (:func:`_candidate_records`, each with its negation) are put in row ``index`` of the
-    example data, the estimator is run with its noise multiplied by 0 (the same
-    hyperparameters, so the same clipping and truncation) on each, and the two candidates whose
+    example data's private leaves (the leaves ``example.public`` marks, e.g. a public sample,
+    stay fixed: the pair is a neighbouring pair of private data), the estimator is run with
+    its noise multiplied by 0 (the same hyperparameters, so the same clipping and truncation)
+    on each, and the two candidates whose
     noise-free outputs lie farthest apart become the canary (``data_in``) and its replacement
     (``data_out``).
 
@@ -693,6 +840,9 @@ def canary_case(
     recorded and sound for every delta, so it tests the calibration itself (a halved
     sensitivity doubles the true mu) where the ledger's single (epsilon, delta) point would
     need events of probability ``delta`` to be seen.
+
+    A trajectory case carries its compiled audit (:class:`_Trajectories`; ``chunk`` runs per
+    call), which :func:`audit_case` reuses for the honest and the planted trials.
     """
     _validate.check_choice(attack, "attack", ("final", "trajectory"))
     _validate.check_choice(claim, "claim", ("ledger", "curve"))
@@ -701,39 +851,51 @@ def canary_case(
     hp = example.hparams(level) if hparams is None else hparams
     hp = jax.tree_util.tree_map(jnp.asarray, hp)
     data = example.data
-    n = jax.tree_util.tree_leaves(data)[0].shape[0]
+    private, with_record = _private_records(data, example.public)
+    n = private[0].shape[0]
     index = 0
     if estimator.batching == "disjoint":
         index = (estimator.num_steps - 1) * (n // estimator.num_steps)
-    half = _candidate_records(data, num_candidates // 2, magnitude, seed)
+    half = _candidate_records(private, num_candidates // 2, magnitude, seed)
     cands = jax.tree_util.tree_map(lambda c: jnp.concatenate([c, -c]), half)
-    pilot_events = None
-    if attack == "trajectory" or claim == "curve":
-        var, pilot_events = _pilot(estimator, hp, example.params0, data, pilot_trials, seed)
+    pilot_events = engine = weights = None
     if attack == "trajectory":
+        engine = _Trajectories(estimator, hp, example.params0, with_record, index, chunk)
+        base = [leaf[index] for leaf in private]
+        tile = engine.tile
+        resid, pilot_events = [], []
+        for x, a, _, ev in engine.runs(jax.random.key(seed + 0x9177), *[tile(base, pilot_trials)]
+                                       * 3, pilot_trials):
+            resid.append(x - a)
+            pilot_events.append(ev)
+        var = np.var(np.concatenate(resid)[:pilot_trials], axis=0)
+        pilot_events = jax.tree_util.tree_map(
+            lambda *v: np.concatenate(v)[:pilot_trials], *pilot_events)
         weights = _weights(var)
-        sqrt_w = jnp.asarray(np.sqrt(weights), jnp.float32)
-        with planted_bug("noise-x0"):
-            mech0 = trajectory_mechanism(estimator, hp, example.params0)
-            base_path = _states_before(estimator, example.params0,
-                                       jax.jit(mech0)(jax.random.key(0), data))
-        base_next = jax.jit(lambda: _noise_free_steps(estimator, hp, base_path, data, 3))()
+        sqrt_w = np.sqrt(weights)
 
-        @jax.jit
-        def noise_free(record):
-            d = replace_record(data, index, record)
-            return jnp.ravel(sqrt_w * (_noise_free_steps(estimator, hp, base_path, d, 3)
-                                       - base_next))
+        def noise_free_many(records):
+            # the noise-free step from every iterate of the noise-free reference path on the
+            # example data, on the data set with each record, minus the step on the example data
+            m = jax.tree_util.tree_leaves(records)[0].shape[0]
+            out = np.concatenate([a - b for _, a, b, _ in engine.runs(
+                jax.random.key(0), tile(base, m), records, tile(base, m), m, noise=0.0)])[:m]
+            return (sqrt_w * out).reshape(m, -1)
     else:
+        if claim == "curve":
+            _, pilot_events = _pilot(estimator, hp, example.params0, data, pilot_trials, seed)
         with planted_bug("noise-x0"):
             mech0 = estimator_mechanism(estimator, hp, example.params0, _beta_output)
 
             @jax.jit
             def noise_free(record):
                 return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(
-                    mech0(jax.random.key(0), replace_record(data, index, record)))])
+                    mech0(jax.random.key(0), with_record(index, record)))])
 
-    outs = np.asarray(jax.lax.map(noise_free, cands), np.float64)
+        def noise_free_many(records):
+            return np.asarray(jax.lax.map(noise_free, records), np.float64)
+
+    outs = noise_free_many(cands)
     outs = np.where(np.isfinite(outs), outs, 0.0)
     dist = np.linalg.norm(outs[:, None, :] - outs[None, :, :], axis=-1)
     i, j = np.unravel_index(int(np.argmax(dist)), dist.shape)
@@ -746,7 +908,7 @@ def canary_case(
         for side in (0, 1):
             rec, other = (rec_out, out_in) if side == 0 else (rec_in, out_out)
             variants = _single_entry_variants(rec, magnitude)
-            vo = np.asarray(jax.lax.map(noise_free, variants), np.float64)
+            vo = noise_free_many(variants)
             vo = np.where(np.isfinite(vo), vo, 0.0)
             gain = np.linalg.norm(vo - other, axis=-1)
             best = int(np.argmax(gain))
@@ -759,14 +921,19 @@ def canary_case(
                     rec_in, out_in = new, vo[best]
         if not moved:
             break
-    data_in = replace_record(data, index, rec_in)
-    data_out = replace_record(data, index, rec_out)
+    data_in = with_record(index, rec_in)
+    data_out = with_record(index, rec_out)
     if attack == "trajectory":
         statistic = trajectory_statistic(estimator, hp, example.params0, data_in, data_out,
                                          weights)
     else:
         statistic = flat_statistic(out_in - out_out, out_out)
-    events = probe_events(estimator, data_in, example.params0, hp)
+    if engine is None:
+        events = probe_events(estimator, data_in, example.params0, hp)
+    else:  # the events of an honest run on data_in (no extra compile)
+        one = engine.tile(rec_in, 1)
+        ((_, _, _, events),) = list(engine.runs(jax.random.key(seed), one, one, one, 1))
+        events = jax.tree_util.tree_map(lambda x: x[0], events)
     ledger = estimator.ledger(n, hp, events)
     approx = ledger.approx_dp
     claim_kind = "ledger"
@@ -776,6 +943,10 @@ def canary_case(
     disjoint = estimator.batching == "disjoint"
     mu = _gdp_mu(events, disjoint)
     claim_eps, claim_delta = float(approx.epsilon), float(approx.delta)
+    is_event = lambda x: isinstance(x, mechanisms.PrivacyEvent)  # noqa: E731
+    kinds = {e.kind for e in jax.tree_util.tree_leaves(events, is_leaf=is_event)
+             if is_event(e)}
+    plants_apply = not (kinds and kinds <= set(UNPLANTED_KINDS))
     if claim == "curve" and delta is not None and mu is not None and _same_mu(
             pilot_events, mu, disjoint):
         from dpjax.accounting import gaussian_epsilon
@@ -784,7 +955,8 @@ def canary_case(
             "gdp-curve"
     return CanaryCase(entry.name, estimator, hp, example.params0, data_in, data_out, index,
                       statistic, claim_eps, claim_delta,
-                      float(np.linalg.norm(out_in - out_out)), mu, None, attack, claim_kind)
+                      float(np.linalg.norm(out_in - out_out)), mu, None, attack, claim_kind,
+                      engine, (rec_in, rec_out), weights, plants_apply)
 
 
 def _same_mu(pilot_events: PyTree, mu: float, disjoint: bool) -> bool:
@@ -809,7 +981,14 @@ def audit_case(
     confidence: float = 0.95,
     batch_size: int | None = 1000,
 ) -> AuditResult:
-    """Audit ``case`` (with the planted bug ``plant``, or honest) at its claimed delta."""
+    """Audit ``case`` (with the planted bug ``plant``, or honest) at its claimed delta.
+
+    A trajectory case built by :func:`canary_case` reuses its two compiled functions (the
+    plant is a traced factor there); ``batch_size`` then does not apply (the case's chunk
+    does)."""
+    if case.engine is not None:
+        s_in, s_out = _engine_statistics(case, key, plant, num_trials)
+        return epsilon_lower_bound(s_in, s_out, delta=case.delta, confidence=confidence)
     with planted_bug(plant):
         if case.attack == "trajectory":
             mech = trajectory_mechanism(case.estimator, case.hparams, case.params0)
@@ -821,6 +1000,22 @@ def audit_case(
                      batch_size=batch_size)
 
 
+def _engine_statistics(case: CanaryCase, key: jax.Array, plant: str | None,
+                       num_trials: int) -> list[np.ndarray]:
+    """:func:`trajectory_statistic` of ``num_trials`` runs on each data set of ``case``
+    (keys from ``split(key)``, as :func:`audit`), through the case's compiled functions."""
+    _validate.check_int_in_range(num_trials, "num_trials", 4)
+    eng, (rec_in, rec_out), w = case.engine, case.records, case.weights
+    tile = eng.tile
+    out = []
+    for k, rec in zip(jax.random.split(key), (rec_in, rec_out)):
+        stats = [np.sum(w * (x - 0.5 * (a + b)) * (a - b), axis=(1, 2))
+                 for x, a, b, _ in eng.runs(k, tile(rec, num_trials), tile(rec_in, num_trials),
+                                            tile(rec_out, num_trials), num_trials, plant)]
+        out.append(np.concatenate(stats)[:num_trials])
+    return out
+
+
 class CanaryRow(NamedTuple):
     """One row of the audit table: the claim and the three audited lower bounds."""
 
@@ -828,11 +1023,15 @@ class CanaryRow(NamedTuple):
     claim_epsilon: float
     delta: float
     honest: AuditResult
-    noise_x02: AuditResult
-    sensitivity_x05: AuditResult
+    noise_x02: AuditResult | None  # None where no plant reaches the releases
+    sensitivity_x05: AuditResult | None
     num_trials: int
     bounds: tuple = (None, None, None)  # CanaryCase.epsilon_bound at factors 1, 0.2, 0.5
     claim_kind: str = "ledger"  # CanaryCase.claim_kind
+    # the canary's reach: separation / gdp_mu for a trajectory case with a GDP claim (the mu
+    # the pair attains along the noise-free path over the mu the events claim; a halved
+    # sensitivity is a violation on this pair only if reach > 1/2), else None
+    reach: float | None = None
 
 
 def canary_table(
@@ -844,26 +1043,34 @@ def canary_table(
         m = num_trials[c.name] if isinstance(num_trials, dict) else num_trials
         k = jax.random.fold_in(key, zlib.crc32(c.name.encode()))
         res = [audit_case(c, jax.random.fold_in(k, i), plant=p, num_trials=m)
+               if p is None or c.plants_apply else None
                for i, p in enumerate((None,) + PLANTS)]
         bounds = tuple(c.epsilon_bound(f) for f in (1.0, 0.2, 0.5))
-        rows.append(CanaryRow(c.name, c.claim_epsilon, c.delta, *res, m, bounds, c.claim_kind))
+        reach = (c.separation / c.gdp_mu if c.attack == "trajectory" and c.gdp_mu
+                 and c.claim_kind == "gdp-curve" else None)
+        rows.append(CanaryRow(c.name, c.claim_epsilon, c.delta, *res, m, bounds, c.claim_kind,
+                              reach))
     return rows
 
 
 def format_table(rows: list[CanaryRow]) -> str:
     """The markdown table of :func:`canary_table` (lower bounds at 95% confidence)."""
-    def cell(res: AuditResult, claim: float, bound: float | None) -> str:
+    def cell(res: AuditResult | None, claim: float, bound: float | None) -> str:
+        if res is None:
+            return "n/a (no plant reaches it)"
         out = f"{res.epsilon_lower:.2f}" + (" **caught**" if res.violates(claim) else "")
         return out + ("" if bound is None else f" (≤ {bound:.3g})")
 
     lines = ["| estimator | claimed (epsilon, delta), from | audited LB, honest | noise x 0.2 | "
-             "sensitivity x 0.5 | trials per data set |", "|---|---|---|---|---|---|"]
+             "sensitivity x 0.5 | trials per data set | reach |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         b = r.bounds
         lines.append(f"| `{r.name}` | ({r.claim_epsilon:.3g}, {r.delta:.3g}) {r.claim_kind} | "
                      f"{cell(r.honest, r.claim_epsilon, b[0])} | "
                      f"{cell(r.noise_x02, r.claim_epsilon, b[1])} | "
-                     f"{cell(r.sensitivity_x05, r.claim_epsilon, b[2])} | {r.num_trials} |")
+                     f"{cell(r.sensitivity_x05, r.claim_epsilon, b[2])} | {r.num_trials} | "
+                     + ("" if r.reach is None else f"{r.reach:.2f}") + " |")
     return "\n".join(lines)
 
 

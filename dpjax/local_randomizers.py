@@ -87,13 +87,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax import mechanisms as _mechanisms
 from dpjax.mechanisms import (
     BoundedStatistic,
     PrivacyEvent,
     _event,
     clip_l2,
     gaussian_mechanism,
-    gaussian_sigma_classic,
 )
 
 __all__ = [
@@ -238,7 +238,9 @@ def local_gaussian_sigma(
     """
     _check_gaussian_budget(epsilon, delta)
     _check_range(range_l2, epsilon, "range_l2")
-    return gaussian_sigma_classic(range_l2, epsilon, delta, log_constant)
+    # looked up in dpjax.mechanisms at call time, like every calibration there (so a planted
+    # bug of dpjax.audit.planted_bug reaches the local randomizers too)
+    return _mechanisms.gaussian_sigma_classic(range_l2, epsilon, delta, log_constant)
 
 
 def symmetric_gaussian_sigma(
@@ -322,7 +324,7 @@ def symmetric_gaussian_noise(
 ) -> jax.Array:
     """A ``(dim, dim)`` symmetric Gaussian matrix: upper triangle (diagonal included) i.i.d.
     ``N(0, sigma^2)``, lower triangle its mirror (spec 001 §2.1, ``n_{1,i}``)."""
-    z = jax.random.normal(key, (dim, dim), dtype=dtype) * jnp.asarray(sigma, dtype=dtype)
+    z = _mechanisms.gaussian_noise(key, (dim, dim), sigma, dtype)
     return jnp.triu(z) + jnp.triu(z, 1).T
 
 
@@ -487,7 +489,7 @@ def local_gaussian_mean(
         noise = symmetric_gaussian_noise(key, values.shape[1], sigma_mean, values.dtype)
     else:
         mean = jnp.mean(values, axis=0)
-        noise = jax.random.normal(key, mean.shape, dtype=values.dtype) * sigma_mean
+        noise = _mechanisms.gaussian_noise(key, mean.shape, sigma_mean, values.dtype)
     return GaussianMeanRelease(mean + noise, sigma, sigma_mean,
                                _local_event(stat, sigma, delta, log_constant))
 
@@ -760,6 +762,6 @@ def local_gaussian_aggregate(
         noisy = _mirror_upper(value) + symmetric_gaussian_noise(key, value.shape[0], sigma_mean,
                                                                 value.dtype)
     else:
-        noisy = value + jax.random.normal(key, value.shape, dtype=value.dtype) * sigma_mean
+        noisy = value + _mechanisms.gaussian_noise(key, value.shape, sigma_mean, value.dtype)
     return GaussianMeanRelease(noisy, sigma, sigma_mean,
                                _local_event(mean, sigma, delta, log_constant))

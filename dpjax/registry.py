@@ -32,6 +32,10 @@ class Example(NamedTuple):
     data: Any  # a data set (leaves with n rows)
     params0: Any  # a data-independent starting value
     hparams: Callable[[float], Any]  # privacy level (epsilon or rho; inf: none) -> hparams
+    # which leaves of ``data`` are public (a pytree of bools with the data's structure, e.g.
+    # ``(False, False, True)`` for a public sample that no neighbouring relation changes);
+    # None: every leaf holds private records. The canary audit replaces private records only.
+    public: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -83,6 +83,55 @@ def test_planted_bugs_change_the_noise_and_are_undone_on_exit(key):
             pass
 
 
+def test_planted_bugs_reach_the_local_gaussian_randomizers(key):
+    """The Gaussian reports of dpjax.local_randomizers calibrate and draw through
+    dpjax.mechanisms, so both plants reach them (per-user path, aggregate shortcut and the
+    symmetric matrix noise); the l2-ball randomizer has nothing for a plant to change."""
+    from dpjax import local_randomizers as lr
+
+    d, n = 4000, 10
+    mean = mechanisms.BoundedStatistic(jnp.zeros(d), 1.0, "l2", "local")
+    keys = iter(jax.random.split(key, 6))
+
+    def sd(k, symmetric=False):
+        if symmetric:
+            stat = mechanisms.BoundedStatistic(jnp.zeros((60, 60)), 1.0, "l2", "local")
+            rel = jax.jit(lambda k: lr.local_gaussian_aggregate(k, stat, n, 0.5, 1e-3,
+                                                                symmetric=True))(k)
+            upper = np.asarray(rel.value)[np.triu_indices(60)]  # the released entries
+            return float(np.std(upper)), float(rel.sigma_mean)
+        rel = jax.jit(lambda k: lr.local_gaussian_aggregate(k, mean, n, 0.5, 1e-3))(k)
+        return float(np.std(np.asarray(rel.value))), float(rel.sigma_mean)
+
+    for symmetric in (False, True):
+        honest, scale = sd(next(keys), symmetric)
+        assert honest == pytest.approx(scale, rel=0.05)
+        with audit.planted_bug("noise-x0.2"):
+            low, scale02 = sd(next(keys), symmetric)
+        assert low == pytest.approx(0.2 * scale, rel=0.05) and scale02 == pytest.approx(scale)
+        with audit.planted_bug("sensitivity-x0.5"):
+            half, scale05 = sd(next(keys), symmetric)
+        assert half == pytest.approx(0.5 * scale, rel=0.05)
+        assert scale05 == pytest.approx(0.5 * scale)
+    assert "ldp-randomizer" in audit.UNPLANTED_KINDS
+
+
+def test_the_canary_of_ldp_public_keeps_its_public_sample_fixed():
+    """ldp-public's data hold the public sample x_pub (Example.public marks it): the canary
+    pair differs in one private record (x, y) only, so it is a neighbouring pair of the
+    guarantee and the estimator is audited like every other."""
+    entry = _entry("ldp-public")
+    case = audit.canary_case(entry, 1.0, delta=audit.AUDIT_DELTA, attack="trajectory",
+                             claim="curve", num_candidates=8, search_rounds=0,
+                             pilot_trials=8, chunk=8)
+    x_pub = np.asarray(entry.example().data[2])
+    np.testing.assert_array_equal(np.asarray(case.data_in[2]), x_pub)
+    np.testing.assert_array_equal(np.asarray(case.data_out[2]), x_pub)
+    changed = [np.nonzero((np.asarray(a) != np.asarray(b)).reshape(len(a), -1).any(1))[0]
+               for a, b in zip(case.data_in[:2], case.data_out[:2])]
+    assert set(np.concatenate(changed)) == {case.index} and case.separation > 0
+
+
 def test_the_canary_pair_is_a_replace_one_neighbour_in_the_last_batch():
     case = _case("ld-dp-em/gmm")
     n = case.data_in.y.shape[0]
@@ -201,16 +250,78 @@ def test_paper_literal_variants_that_are_not_private_are_caught(variant, key):
         assert not corrected[0].violates(corrected[1]), str(corrected[0])
 
 
+PRIVATE = [e.name for e in registry.entries() if e.private and e.ledger_private is not False]
+
+# ------------------------------------------------------------------------------------------
+# every estimator, in the default run (CI): a small audit, honest below, noise x 0.2 caught
+# ------------------------------------------------------------------------------------------
+
+# The small audit: 16 candidate canaries, one greedy round, 32 pilot runs, 1000 trials per
+# data set (500 evaluate the event); one compile per estimator (dpjax.audit._Trajectories).
+FAST = dict(num_candidates=16, search_rounds=1, pilot_trials=32, chunk=32)
+FAST_TRIALS = 1000
+# Other trial counts: fewer for the full-batch DP-GEM runs on the largest examples (their
+# trials, not their compiles, dominate the cost; noise x 0.2 is caught well there), more for
+# ld-dp-em/rmc (its canary reaches about half the claimed mu: 1000 trials catch the plant only
+# about half the time); the rows checked honest-only need fewer.
+FAST_TRIALS_FOR = {"dp-gem/gmm": 500, "dp-gem/mor": 500, "dp-gem/rmc": 500,
+                   "dp-gem/rmc-exact-k": 500, "dp-em-exact/gmm": 500, "ld-dp-em/rmc": 4000}
+
+# Where a planted noise x 0.2 is not caught by the small audit, and why (docs/audits.md has
+# the numbers); for these the test checks the honest run only. Every other estimator must
+# catch it.
+FAST_NOISE_NOT_CAUGHT = {
+    **{name: "peeling / NoisyHT audited against the ledger's (epsilon, delta) at a small "
+       "delta: its advanced-composition calibration leaves more slack than x 0.2 removes at "
+       "any delta a few thousand trials resolve"
+       for name in ("mechanism/noisy-ht", "hd-dp-em/gmm", "hd-dp-em/mor", "hd-dp-em/rmc",
+                    "alg5-noisy-iht/logistic")},
+    "alg1-noisy-gd/logistic": "within the calibration's slack: tight epsilon 0.151 at delta "
+    "0.05 with noise x 0.2, against 0 without (test_a_plant_within_the_calibrations_slack...)",
+    **{name: "local DP through the central release: the iterate moves by a mean of m users' "
+       "reports, about sqrt(m) times more private than one report (the audited separation is "
+       "a few percent of the claimed mu)"
+       for name in ("ldp-gem/gmm", "ldp-gem/rmc", "ldp-nldp", "ldp-nldp/chunked-per-user",
+                    "ldp-public")},
+}
+
+
+@functools.cache
+def _fast_case(name: str) -> audit.CanaryCase:
+    if name in MECHANISMS:
+        return MECHANISMS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DPJaxWarning)
+        return audit.registry_cases([name], **FAST)[0]
+
+
+@pytest.mark.parametrize("name", list(MECHANISMS) + PRIVATE)
+def test_small_audit_of_every_estimator(name, key):
+    """Every private registered estimator and core mechanism, audited in the default run: the
+    honest lower bound stays at or below the claim (and the run's tight epsilon where known),
+    and with every noise draw x 0.2 it exceeds the claim, except where FAST_NOISE_NOT_CAUGHT
+    says why it cannot (the l2-ball randomizer: no plant reaches it). A new estimator is
+    audited by registering it."""
+    case = _fast_case(name)
+    k = jax.random.fold_in(key, 7)
+    check_plant = case.plants_apply and name not in FAST_NOISE_NOT_CAUGHT
+    trials = FAST_TRIALS_FOR.get(name, FAST_TRIALS if check_plant else 500)
+    honest = audit.audit_case(case, jax.random.fold_in(k, 0), num_trials=trials)
+    # (a claim of 0: Algorithm 1's GDP curve at delta = 0.05, see the slack test above)
+    assert 0 <= case.claim_epsilon < np.inf and case.separation > 0
+    assert not honest.violates(case.claim_epsilon), str(honest)
+    tight = case.epsilon_bound(1.0)
+    assert tight is None or honest.epsilon_lower <= tight, (str(honest), tight)
+    if not check_plant:
+        return
+    planted = audit.audit_case(case, jax.random.fold_in(k, 1), plant="noise-x0.2",
+                               num_trials=trials)
+    assert planted.violates(case.claim_epsilon), str(planted)
+
+
 # ------------------------------------------------------------------------------------------
 # the whole registry (slow): the table of docs/audits.md
 # ------------------------------------------------------------------------------------------
-
-# ldp-public's data holds a public leaf (x_pub); the canary search replaces its row 0 too, so
-# its pair is not a neighbouring pair of private data (honest "caught" at 4.59: an artefact of
-# the audit, see docs/audits.md). Left out until canary_case keeps public leaves fixed.
-INVALID_PAIR = ("ldp-public",)
-PRIVATE = [e.name for e in registry.entries() if e.private and e.ledger_private is not False
-           and e.name not in INVALID_PAIR]
 
 # The planted bugs the table of docs/audits.md catches (python -m dpjax.audit --table --trials
 # 4000: key(0), the same keys as below; trajectory attack, claims on the events' GDP curve).
@@ -224,6 +335,7 @@ CAUGHT = {
     "dp-2s-gd/tight": PLANTS_BOTH, "dp-mean": PLANTS_BOTH, "dp-gem/rmc": PLANTS_BOTH,
     "clipped-gem/rmc": PLANTS_BOTH, "dp-gem-split/gmm": NOISE,
     "alg1-noisy-gd-unsplit/logistic (not DP as claimed)": PLANTS_BOTH, "ldp-gem/mor": NOISE,
+    "dp-gem-split/rmc": PLANTS_BOTH, "dp-em-exact/gmm": NOISE,
 }
 
 
@@ -236,7 +348,7 @@ def test_the_audit_table_row(name):
     (row,) = audit.canary_table([case], jax.random.key(0), 4000)
     assert not row.honest.violates(case.claim_epsilon), str(row.honest)
     for res, bound in zip((row.honest, row.noise_x02, row.sensitivity_x05), row.bounds):
-        assert bound is None or res.epsilon_lower <= bound, (str(res), bound)
+        assert res is None or bound is None or res.epsilon_lower <= bound, (str(res), bound)
     results = {"noise-x0.2": row.noise_x02, "sensitivity-x0.5": row.sensitivity_x05}
     for plant in CAUGHT.get(name, ()):
         assert results[plant].violates(case.claim_epsilon), (plant, str(results[plant]))

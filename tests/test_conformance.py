@@ -164,32 +164,6 @@ def test_extreme_budgets_give_finite_results(case, key, level):
         assert ev.kind == "none" or np.isfinite(np.asarray(ev.scale)).all()
 
 
-# ------------------------------------------------------------------------------------------
-# The canary audit over the registry (issue 17 item 3; full power: tests/test_canary_audit.py)
-# ------------------------------------------------------------------------------------------
-
-# ldp-public: the canary would replace a row of its public data too (docs/audits.md)
-AUDITED = [e.name for e in registry.entries() if e.private and e.ledger_private is not False
-           and e.name != "ldp-public"]
-
-
-@pytest.mark.slow  # about 10-20 s of compiles per estimator: over the registry, minutes
-@pytest.mark.parametrize("name", AUDITED)
-def test_canary_audit_of_every_private_estimator_stays_at_or_below_its_claim(name, key):
-    """A registered private estimator is audited by registering it: the canary audit of
-    :func:`dpjax.audit.registry_cases` (trajectory attack, claim on its events' curve), at a
-    small budget here (a short canary search, 200 trials per data set): the honest lower bound
-    never exceeds the claim. The full-power audits, with planted bugs caught, are
-    ``tests/test_canary_audit.py`` (``-m slow`` for every estimator)."""
-    import warnings
-
-    from dpjax import audit
-    from dpjax._validate import DPJaxWarning
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DPJaxWarning)  # classic Gaussian above epsilon = 1
-        (case,) = audit.registry_cases([name], num_candidates=8, search_rounds=0,
-                                       pilot_trials=32)
-    res = audit.audit_case(case, key, num_trials=200, batch_size=None)
-    assert 0 < case.claim_epsilon < math.inf and case.separation > 0
-    assert not res.violates(case.claim_epsilon), str(res)
+# The canary audit of every private registered estimator runs in the default suite:
+# tests/test_canary_audit.py::test_small_audit_of_every_estimator (honest below its claim,
+# noise x 0.2 caught); the full-power table rows under -m slow.

@@ -722,7 +722,8 @@ def _public_example() -> registry.Example:
     def hparams(eps):
         return PublicHyperparams(*map(jnp.float32, (eps, 1e-3, 2.0, 2.0, 0.05)))
 
-    return registry.Example((x, y, x_pub), jnp.zeros(d), hparams)
+    # x_pub is the public unlabeled sample: neighbouring data sets differ in a user's (x, y) only
+    return registry.Example((x, y, x_pub), jnp.zeros(d), hparams, public=(False, False, True))
 
 
 def _iht_example() -> registry.Example:
