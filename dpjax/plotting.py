@@ -145,7 +145,9 @@ class Claim:
     measured curve), drawn as the line ``y = y0 (x / x0)^slope`` through that curve's point at
     its first x (``at="first"``) or last (``at="last"``) over the curve's x range (straight on
     log-log axes). ``source`` names where the number is printed (e.g. ``"Table 3"``); the
-    legend entry is ``"paper, {source}: {label}"``.
+    legend entry is ``"paper, {source}: {label}"``. ``origin="theory"`` marks a rate that is
+    derived (e.g. in the spec) rather than printed by the paper: the legend then reads
+    ``"theory, {source}: {label}"`` and the caption does not call it the paper's number.
     """
 
     label: str
@@ -158,8 +160,12 @@ class Claim:
     color: str | None = None
     curve_x: str | None = None
     curve_y: str | None = None
+    origin: str = "paper"
 
     def __post_init__(self) -> None:
+        if self.origin not in ("paper", "theory"):
+            raise ValueError(f"Claim {self.label!r}: origin must be 'paper' or 'theory'; "
+                             f"got {self.origin!r}")
         points = len(self.x) > 0 or len(self.y) > 0
         rate = self.slope is not None
         if points == rate:
@@ -175,7 +181,7 @@ class Claim:
 
     @property
     def legend(self) -> str:
-        return f"paper, {self.source}: {self.label}"
+        return f"{self.origin}, {self.source}: {self.label}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,8 +316,11 @@ def caption(panels: Sequence[Panel]) -> str:
         parts.append("dotted: non-private comparators")
     if "not-dp" in roles:
         parts.append("dash-dot: NOT DP")
-    if any(p.claims for p in panels):
+    origins = {c.origin for p in panels for c in p.claims}
+    if "paper" in origins:
         parts.append("stars / thick dotted: the paper's numbers")
+    if "theory" in origins:
+        parts.append("thick dotted: theoretical rates (not printed by the paper)")
     return "; ".join(parts)
 
 

@@ -46,7 +46,7 @@ def plot(iter_rows, summary, c, path):
     for i, (axis, where) in enumerate(wheres.items()):
         b, se = fitted[axis]
         label = f"Alg 2: slope {b:+.2f} ± {se:.2f} (theory {PREDICTED[axis]:+.2f})"
-        claim = Claim(f"rate {axis}^{PREDICTED[axis]:+g}", "theory (spec 002 §3.5)",
+        claim = Claim(f"rate {axis}^{PREDICTED[axis]:+g}", "spec 002 §3.5", origin="theory",
                       slope=PREDICTED[axis], through={"method": "dp-gem", **where},
                       color=COLORS[i], curve_y=metric)
         panels.append(Panel(f"vs {axis}", [Curve(label, {"method": "dp-gem", **where},

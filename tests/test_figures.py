@@ -167,3 +167,22 @@ def test_roles_and_claims_in_plot_panels(tmp_path, figures):
         plotting.Claim("x", "Fig. 1")
     with pytest.raises(ValueError, match="role"):
         plotting.Curve("x", {}, role="private")
+
+
+def test_a_derived_rate_is_not_called_the_papers_number(tmp_path, figures):
+    """origin="theory": a rate the paper does not print is labelled as theory in the legend and
+    the caption, not as the paper's number; a bad origin is refused."""
+    rows = [{"n": n, "error": 1.0 / math.sqrt(n), "rep": r} for n in (100, 400) for r in range(3)]
+    claim = plotting.Claim("rate n^-1/2", "spec 002 §3.5", slope=-0.5, through={},
+                           origin="theory")
+    plotting.plot_panels(rows, [plotting.Panel("vs n", [plotting.Curve("alg", {})], x="n",
+                                               xlabel="n", logx=True, claims=[claim])],
+                         tmp_path / "f.png")
+    (fig,) = figures()
+    (rate,) = [ln for ln in fig.axes[0].get_lines() if ln.get_gid() == plotting.GID_CLAIM]
+    assert rate.get_label() == "theory, spec 002 §3.5: rate n^-1/2"
+    caption = " ".join(t.get_text() for t in fig.texts) + " " + fig.get_suptitle()
+    assert "theoretical rates" in " ".join(caption.split())
+    assert "the paper's numbers" not in " ".join(caption.split())
+    with pytest.raises(ValueError, match="origin"):
+        plotting.Claim("x", "s", slope=-0.5, through={}, origin="ours")
