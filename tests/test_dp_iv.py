@@ -604,7 +604,8 @@ def test_two_stage_least_squares_compiles_without_custom_calls():
     """LAPACK custom calls (gesdd of `jnp.linalg.lstsq`) deadlocked IV studies sharded over
     several CPU devices; the 2SLS kernel must consist of plain XLA operations."""
     model = LinearIV(p=3, q=4, r=2)
-    data = model.simulate(jax.random.key(0), 200, model.pack(model.draw_parameters(jax.random.key(1))))
+    truth = model.pack(model.draw_parameters(jax.random.key(1)))
+    data = model.simulate(jax.random.key(0), 200, truth)
     hlo = jax.jit(iv.two_stage_least_squares).lower(data).compile().as_text()
     assert "custom-call" not in hlo
 
