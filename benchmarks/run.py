@@ -142,6 +142,19 @@ FAMILIES = {
                  {"n": 10000, "d": 5, "T": 5}, ("--n", "10000", "--d", "5", "--T", "5")),
             n_keys=("n_grid", "n_base"), d_keys=("d_grid", "d_base"),
         ),
+        Family(
+            "ldp", "LDP-IHT Alg 2 (spec 001, ldp_iht's n panel): n=2e6 users, d=10, k=2, "
+            "k'=4, T=3 rounds, eps in {0.5, 1, inf}", "ldp_iht", "numpy_ldp",
+            Size(20, ("methods=alg2", "panels=n", "n_grid=2000000", "eps_grid=0.5,1", "d=10",
+                      "k=2", "rounds=3"),
+                 {"n": 2_000_000, "d": 10, "k": 2, "T": 3},
+                 ("--n", "2000000", "--d", "10", "--k", "2", "--T", "3")),
+            Size(2, ("methods=alg2", "panels=n", "n_grid=60000", "eps_grid=0.5,1", "d=5",
+                     "k=2", "rounds=3"),
+                 {"n": 60000, "d": 5, "k": 2, "T": 3},
+                 ("--n", "60000", "--d", "5", "--k", "2", "--T", "3")),
+            n_keys=("n_grid",), d_keys=("d",),
+        ),
     ]
 }
 
@@ -431,6 +444,25 @@ def agreement(name: str) -> dict:
         got = _dpjax_final(dp_gem.dp_gem(model, T, "explicit"), data, beta0, hp).beta
         want = _numpy("numpy_gem").estimate(rng, np.asarray(data.y, np.float64),
                                             beta0.astype(np.float64), INF, 1.0, T, s=s)
+    elif name == "ldp":
+        from dpjax.algorithms import ldp_sparse as L
+        from dpjax.models import sparse_lr as M
+
+        # epsilon = inf: the randomizer is the identity, so Algorithm 2 is deterministic given
+        # the data (plain IHT on shrunk records, disjoint groups). The experiment's estimator
+        # (rounds streamed in C = 2 chunks); theta* of norm 2 so that the projection onto the
+        # unit ball acts, tau small enough that the shrinkage of x and y acts
+        n, d, k, T, C = 12000, 10, 2, 3, 2
+        kp = 2 * k
+        truth = 2.0 * M.sparse_theta(jax.random.key(1), d, k, norm="l2")
+        x, y = M.SparseLinearModel(noise_sd=0.5)(key, n, truth)
+        tau = np.float32(0.5 * math.sqrt(math.log(n)))
+        f = functools.partial(np.asarray, dtype=np.float32)
+        hp = L.IHTHyperparams(f(INF), tau, tau, f(1.0))
+        est = L.ldp_iht(T, kp, batching="disjoint", chunks_per_round=C)
+        got = _dpjax_final(est, (x, y), np.zeros(d, np.float32), hp).beta
+        want = _numpy("numpy_ldp").estimate(rng, np.asarray(x, np.float64),
+                                            np.asarray(y, np.float64), INF, float(tau), kp, T)
     else:
         raise ValueError(f"unknown family {name!r}")
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
@@ -473,6 +505,7 @@ SCALING = {  # family -> (repetitions at the full size, sample sizes and dimensi
     "glm_sparse": ((1, 2, 4), (10000, 20000, 40000), (2500, 5000, 10000)),
     "iv": ((10, 20, 40, 80), (2000, 4000, 8000, 16000), (3, 5, 8, 12)),
     "gem": ((5, 10, 20, 40), (30000, 100000, 300000), (5, 10, 20, 40)),
+    "ldp": ((5, 10, 20, 40), (500000, 1000000, 2000000, 4000000), (5, 10, 20, 40)),
 }
 AXES = ("reps", "n", "d")
 

@@ -21,7 +21,9 @@ of spec §2.1 times ``c_lam``) runs on the isotropic data at the same ``epsilon`
 Panels (column ``panel``): ``n`` (every ``n`` of ``n_grid``; Alg 2, Alg 4 at ``eps_grid`` and
 ``epsilon = inf``; Alg 1 at ``eps_grid`` over ``n_grid + alg1_extra_n``), ``eps`` (Alg 2 at
 ``n_eps`` and the extra levels ``eps_extra``), ``k`` (Alg 2 and 4 at ``n_k``, ``eps_k``, every
-``k`` of ``k_grid`` other than ``k``). ``plot`` writes ``slopes.csv``: each fitted slope beside
+``k`` of ``k_grid`` other than ``k``); ``--set panels=...`` and ``methods=...`` keep some of
+them (``panels=n methods=alg2``: Algorithm 2 alone over ``n_grid``, as the benchmark harness
+``benchmarks/run.py`` times it). ``plot`` writes ``slopes.csv``: each fitted slope beside
 the theory's rate and beside the slope of the exact noise scale of the last round
 (``eta sqrt(k') B / sqrt(d m)``, ``B`` the randomizer's output norm, ``m`` the group size).
 """
@@ -47,6 +49,8 @@ from dpjax.results import write_csv
 from dpjax.study import Experiment
 
 INF = math.inf
+METHODS = ("alg2", "alg4", "alg1")
+PANELS = ("n", "eps", "k")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,11 +81,20 @@ class IHTConfig(Config):
                                           doc="Alg 1 only: n beyond n_grid")
     chunk: int = param(250_000, ge=100, doc="users per streamed chunk")
     theta_seed: int = param(0, ge=0, doc="seed of theta*")
+    methods: tuple[str, ...] = param(METHODS, choices=METHODS,
+                                     doc="the algorithms run (alg1: n panel only; alg2 and "
+                                     "alg4: n and k panels, alg2 also the eps panel)")
+    panels: tuple[str, ...] = param(PANELS, choices=PANELS, doc="the panels run")
 
     def check(self) -> None:
         for k in (self.k, *self.k_grid):
             if k > self.d:
                 raise ValueError(f"--set k / k_grid: each k must be <= d = {self.d}; got {k}")
+        iht = "alg2" in self.methods or "alg4" in self.methods
+        if not ("n" in self.panels or ("eps" in self.panels and "alg2" in self.methods)
+                or ("k" in self.panels and iht and set(self.k_grid) - {self.k})):
+            raise ValueError("--set methods / panels: no setting to run (alg1 runs in the n "
+                             "panel only, the eps panel is alg2's)")
 
 
 DEFAULTS = IHTConfig()
@@ -159,17 +172,23 @@ def _alg1_setting(c, n: int) -> sweep.Setting:
 
 def settings(c):
     finite = tuple(c["eps_grid"])
+    methods, panels = set(c["methods"]), set(c["panels"])
+    iht = [alg for alg in (2, 4) if f"alg{alg}" in methods]
     out = []
-    for alg in (2, 4):
-        for n in c["n_grid"]:
-            out.append(_iht_setting(c, alg, "n", n, c["k"], (*finite, INF)))
-    out.append(_iht_setting(c, 2, "eps", c["n_eps"], c["k"], tuple(c["eps_extra"])))
-    for alg in (2, 4):
-        for k in c["k_grid"]:
-            if k != c["k"]:
-                out.append(_iht_setting(c, alg, "k", c["n_k"], k, (c["eps_k"],)))
-    for n in (*c["n_grid"], *c["alg1_extra_n"]):
-        out.append(_alg1_setting(c, n))
+    if "n" in panels:
+        for alg in iht:
+            for n in c["n_grid"]:
+                out.append(_iht_setting(c, alg, "n", n, c["k"], (*finite, INF)))
+    if "eps" in panels and 2 in iht:
+        out.append(_iht_setting(c, 2, "eps", c["n_eps"], c["k"], tuple(c["eps_extra"])))
+    if "k" in panels:
+        for alg in iht:
+            for k in c["k_grid"]:
+                if k != c["k"]:
+                    out.append(_iht_setting(c, alg, "k", c["n_k"], k, (c["eps_k"],)))
+    if "n" in panels and "alg1" in methods:
+        for n in (*c["n_grid"], *c["alg1_extra_n"]):
+            out.append(_alg1_setting(c, n))
     return out
 
 
@@ -277,6 +296,7 @@ def plot(iter_rows, summary, c, path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
+    drawn = [bool(select(summary, panel="n")), False, False]  # panels may be switched off
     ax = axes[0]
     styles = {"alg2": "-", "alg4": "--", "alg1": ":"}
     for method in ("alg2", "alg4", "alg1"):
@@ -310,6 +330,7 @@ def plot(iter_rows, summary, c, path):
                    and r["k"] == c["k"] and r["panel"] in ("n", "eps")
                    and math.isfinite(r["epsilon"])], key=lambda r: r["epsilon"])
     if rows:
+        drawn[1] = True
         es = [r["epsilon"] for r in rows]
         plotting.draw_curve(ax, es, [r["mean"] for r in rows], [r["se"] for r in rows],
                             f"Alg 2, n={n_eps}", marker="o", logy=True)
@@ -326,6 +347,7 @@ def plot(iter_rows, summary, c, path):
                        and r["panel"] in ("n", "k") and r["epsilon"] == c["eps_k"]],
                       key=lambda r: r["k"])
         if rows:
+            drawn[2] = True
             ks = [r["k"] for r in rows]
             plotting.draw_curve(ax, ks, [r["mean"] for r in rows], [r["se"] for r in rows],
                                 f"Alg {alg}, n={n_k}", marker="o", linestyle=ls, logy=True,
@@ -336,7 +358,14 @@ def plot(iter_rows, summary, c, path):
     ax.plot([], [], ":", color="gray", label="noise scale sqrt(k') B, matched at k=1")
     ax.set_title(f"error vs k (k' = {c['c_k']}k, eps={c['eps_k']:g})", fontsize=10)
     ax.set_xlabel("k")
-    for ax in axes:
+    for ax, has_rows in zip(axes, drawn):
+        if not has_rows:  # no log axes without data: "not run" instead
+            ax.cla()
+            ax.text(0.5, 0.5, "not run (--set panels / methods / n)", ha="center",
+                    va="center", transform=ax.transAxes, color="gray")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_ylabel("||theta_hat - theta*||_2")

@@ -91,3 +91,51 @@ def test_gem_numpy_calibration_equals_dpjax_noise():
         s, _, sd = np_mod.calibration(n, d, eps, 1.0 / n, tau, T)
         assert float(info.s) == pytest.approx(s, rel=1e-5)
         assert float(info.noise_scale) == pytest.approx(sd, rel=1e-5)
+
+
+def test_ldp_agreement_has_power(monkeypatch):
+    """The Algorithm-2 comparison sees the projection onto the unit ball: a baseline that
+    projects onto a larger ball disagrees."""
+    np_mod = run._numpy("numpy_ldp")
+    orig = np_mod.estimate
+    monkeypatch.setattr(np_mod, "estimate", lambda *a, **k: orig(*a, **{**k, "theta_norm": 1.5}))
+    assert run.agreement("ldp")["max_abs_diff"] > 1e-3
+
+
+def test_ldp_numpy_study_is_the_dpjax_setting():
+    """The ldp family's `dpjax run` overrides give one setting (Alg 2, n panel, eps 0.5, 1,
+    inf) whose users, k', T, tau, radius and step are the NumPy study's; the NumPy randomizer's
+    reports have dpjax's output norm B and are unbiased (the identity at eps = inf)."""
+    import math
+
+    import numpy as np
+
+    from dpjax import local_randomizers as LR
+
+    np_mod = run._numpy("numpy_ldp")
+    fam = run.FAMILIES["ldp"]
+    for size in (fam.full, fam.quick):
+        (s,) = run._settings(fam, size)
+        kw = size.numpy_kwargs
+        n_used = (kw["n"] // kw["T"]) * kw["T"]
+        kp = min(2 * kw["k"], kw["d"])
+        tau = 0.5 * math.sqrt(math.log(n_used))
+        assert s.columns["method"] == "alg2" and s.columns["panel"] == "n"
+        assert (s.n, s.columns["d"], s.columns["k_prime"], s.columns["T"]) == (
+            n_used, kw["d"], kp, kw["T"])
+        assert [lv["epsilon"] for lv in s.levels] == list(np_mod.EPS)
+        for lv in s.levels:
+            assert lv["tau1"] == lv["tau2"] == pytest.approx(tau, rel=1e-12)
+            assert lv["r"] == pytest.approx(np_mod.radius(kw["d"], kp, tau, tau), rel=1e-12)
+            assert lv["eta"] == 1.0
+    rng = np.random.default_rng(0)
+    d, r, eps, m = 10, 2.0, 1.0, 200_000
+    g = np.zeros(d)
+    g[:3] = [0.9, -0.6, 0.3]
+    reports = np_mod.randomize(rng, np.tile(g, (m, 1)), r, eps)
+    b = float(LR.randomizer_scale(r, eps, d))
+    assert np_mod.randomizer_scale(r, eps, d) == pytest.approx(b, rel=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(reports, axis=1), b, rtol=1e-12)
+    se = b / math.sqrt(d * m)  # per-coordinate standard error of the mean report
+    assert np.max(np.abs(reports.mean(axis=0) - g)) < 5 * se
+    np.testing.assert_array_equal(np_mod.randomize(rng, g[None], r, math.inf), g[None])

@@ -100,6 +100,20 @@ def test_iht_settings_stream_each_round_in_chunks_and_cover_the_panels():
         resolve_config(_exp(ldp_iht), {"k_grid": "1,20"})
 
 
+def test_iht_panels_and_methods_select_settings():
+    """``--set panels=n methods=alg2`` keeps Algorithm 2's n panel alone (the benchmark
+    harness's setting); a selection with no setting is rejected."""
+    cfg = resolve_config(_exp(ldp_iht), {"panels": "n", "methods": "alg2", "n_grid": "1000000"})
+    (s,) = ldp_iht.settings(cfg)
+    assert (s.columns["panel"], s.columns["method"]) == ("n", "alg2")
+    assert [lv["epsilon"] for lv in s.levels] == [*cfg["eps_grid"], math.inf]
+    cfg = resolve_config(_exp(ldp_iht), {"panels": "k,eps", "methods": "alg4"})
+    assert {(s.columns["panel"], s.columns["method"]) for s in ldp_iht.settings(cfg)} == {
+        ("k", "alg4")}
+    with pytest.raises((ValueError, ConfigError), match="no setting to run"):
+        resolve_config(_exp(ldp_iht), {"panels": "eps", "methods": "alg1,alg4"})
+
+
 def test_lower_settings_draw_the_priors_and_flag_only_below_the_curve():
     cfg = resolve_config(_exp(ldp_lower))
     settings = ldp_lower.settings(cfg)
