@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["install", "installed"]
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+__all__ = ["install", "installed", "normal"]
 
 _STATE = {"installed": False}
 
@@ -43,3 +48,94 @@ def install() -> bool:
 
 def installed() -> bool:
     return _STATE["installed"]
+
+
+# --------------------------------------------------------------------------------------------
+# Normal draws whose minor dimension XLA's CPU loops do not vectorise
+# --------------------------------------------------------------------------------------------
+#
+# XLA's CPU emitter runs an elementwise fusion as a loop nest over its output shape and
+# vectorises the innermost loop. For ``jax.random.normal`` of shape ``(n, 10)`` that loop has
+# 10 iterations, and most of the inverse-error-function polynomial (and its ``log1p``) runs
+# scalar: measured on a 2-core Xeon, 28.6 ns per element against 3.6 for ``(n, 8)`` and 5.8
+# for a flat ``(n * 10,)``. Reshaping a flat draw does not help (XLA fuses the reshape and
+# loops over the 2-D output again); a conditional is a fusion boundary it does not cross.
+# :func:`normal` therefore draws the bits of every key (an integer fusion, fast at any shape),
+# flattens them behind a conditional, applies JAX's own bits -> normal transform on the flat
+# array, and reshapes behind a second conditional. Under ``vmap`` (repetitions, levels,
+# users) a ``custom_vmap`` rule folds the batch into the keys, so the conditionals stay
+# unbatched (a batched predicate would turn them into selects, which XLA fuses again).
+
+
+def _fusion_boundary(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """``x.reshape(shape)`` behind a conditional (XLA does not fuse through it)."""
+    flat = x.reshape(-1)
+    pred = flat[0] == flat[0] if flat.dtype.kind == "f" else flat[0] >= 0
+    return jax.lax.cond(pred, lambda v: v.reshape(shape), lambda v: jnp.zeros(shape, v.dtype), x)
+
+
+def _bits_to_normal(bits: jax.Array, dtype) -> jax.Array:
+    """JAX's ``normal`` from 32 random bits per value, operation for operation
+    (``jax._src.random._uniform`` on ``[nextafter(-1, 0), 1)``, then ``sqrt 2 erf_inv``)."""
+    lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype), dtype=dtype)
+    hi = np.array(1.0, dtype)
+    float_bits = lax.bitwise_or(lax.shift_right_logical(bits, jnp.array(9, jnp.uint32)),
+                                jnp.asarray(np.array(1.0, dtype).view(np.uint32)))
+    floats = lax.bitcast_convert_type(float_bits, dtype) - jnp.array(1.0, dtype)
+    u = lax.max(jnp.asarray(lo), floats * (hi - lo) + lo)
+    return lax.mul(np.array(np.sqrt(2), dtype), lax.erf_inv(u))
+
+
+def _make_normal(shape: tuple[int, ...], dtype):
+    size = 1
+    for s in shape:
+        size *= s
+
+    @jax.custom_batching.custom_vmap
+    def draw(keys):  # keys of any batch shape K -> (*K, *shape)
+        batch = keys.shape
+        flat_keys = keys.reshape(-1)
+        bits = jax.vmap(lambda k: jax.random.bits(k, shape, jnp.uint32))(flat_keys)
+        z = _bits_to_normal(_fusion_boundary(bits, (flat_keys.shape[0] * size,)), dtype)
+        return _fusion_boundary(z, (*batch, *shape))
+
+    @draw.def_vmap
+    def _rule(axis_size, in_batched, keys):
+        (batched,) = in_batched
+        if not batched:
+            keys = jnp.broadcast_to(keys, (axis_size, *keys.shape))
+        return draw(keys), True
+
+    return draw
+
+
+_NORMALS: dict = {}
+
+
+def normal(key: jax.Array, shape: tuple[int, ...] = (), dtype=None) -> jax.Array:
+    """``jax.random.normal(key, shape, dtype)``, bit for bit, faster on CPU where the minor
+    dimension of ``shape`` is short and not a multiple of 8 (e.g. ``(n, 10)`` data, or one
+    user's ``(10,)`` under a ``vmap`` over users): about 4.7x and 3.4x there.
+
+    float32 only; other dtypes, and shapes whose minor dimension is a multiple of 8 or at
+    least 64, call ``jax.random.normal`` (nothing to gain). The values are identical; results
+    computed from them can differ in the last float32 bits, because XLA fuses (and so orders)
+    the arithmetic around the draw differently. Not differentiable with respect to
+    anything (it has no float inputs); ``vmap`` over keys is supported to any depth.
+    """
+    dtype = jnp.dtype(jnp.float32 if dtype is None else dtype)
+    shape = tuple(int(s) for s in shape)
+    # the slow case: a short minor dimension that is not a multiple of the vector width (a
+    # long one, e.g. (n,), vectorises well, and so does a vmap of scalars)
+    short_minor = len(shape) > 0 and shape[-1] % 8 != 0 and shape[-1] < 64
+    if (dtype != jnp.float32 or DISABLED or not short_minor or int(np.prod(shape)) == 0
+            or not jax.dtypes.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key)):
+        return jax.random.normal(key, shape, dtype)
+    fn = _NORMALS.get((shape, dtype.name))
+    if fn is None:
+        fn = _NORMALS[(shape, dtype.name)] = _make_normal(shape, dtype)
+    return fn(key)
+
+
+#: ``DPJAX_PLAIN_NORMAL=1`` makes :func:`normal` call ``jax.random.normal`` (same values).
+DISABLED = os.environ.get("DPJAX_PLAIN_NORMAL", "0") not in ("", "0")

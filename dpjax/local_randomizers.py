@@ -86,7 +86,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate
+from dpjax import _cpu_prng, _validate
 from dpjax import mechanisms as _mechanisms
 from dpjax.mechanisms import (
     BoundedStatistic,
@@ -600,7 +600,7 @@ def l2_ball_randomizer(
     p_plus = 0.5 + norm / (2 * r)
     b = jnp.where(jax.random.bernoulli(key_sign, p_plus), 1, -1).astype(dtype)
     s = jax.random.bernoulli(key_side, jax.nn.sigmoid(eps))  # P(s=1) = e^eps/(e^eps+1)
-    g = jax.random.normal(key_direction, (dim,), dtype)
+    g = _cpu_prng.normal(key_direction, (dim,), dtype)  # same values, faster
     u = g / jnp.maximum(jnp.sqrt(jnp.sum(jnp.square(g))), jnp.finfo(dtype).tiny)
     side = b * jnp.dot(u, direction)  # <u, v>
     wrong = jnp.where(s, side <= 0, side > 0)

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate
+from dpjax import _cpu_prng, _validate
 from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf, sanitize
 
 __all__ = ["GMMData", "GaussianMixture", "sparse_unit_beta"]
@@ -65,7 +65,7 @@ class GaussianMixture:
         key_z, key_e = jax.random.split(key)
         beta = jnp.asarray(beta)
         z = jax.random.rademacher(key_z, (n,), dtype=beta.dtype)
-        e = jax.random.normal(key_e, (n, beta.shape[0]), dtype=beta.dtype)
+        e = _cpu_prng.normal(key_e, (n, beta.shape[0]), dtype=beta.dtype)
         return GMMData(z[:, None] * beta[None, :] + self.sigma * e)
 
     # -- E-step and gradients -----------------------------------------------------------------

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate
+from dpjax import _cpu_prng, _validate
 from dpjax.mechanisms import BoundedStatistic, clipped_outer_mean, l2_norm, sanitize
 
 __all__ = [
@@ -310,9 +310,9 @@ class LinearIV:
         prm = self.unpack(truth)
         dtype = prm.beta.dtype
         key_z, key_u, key_ex, key_ey = jax.random.split(key, 4)
-        z = jax.random.normal(key_z, (n, self.q), dtype)
-        u = jax.random.normal(key_u, (n, self.r), dtype)
-        x = z @ prm.theta + u @ prm.phi + jax.random.normal(key_ex, (n, self.p), dtype)
+        z = _cpu_prng.normal(key_z, (n, self.q), dtype)
+        u = _cpu_prng.normal(key_u, (n, self.r), dtype)
+        x = z @ prm.theta + u @ prm.phi + _cpu_prng.normal(key_ex, (n, self.p), dtype)
         y = x @ prm.beta + u @ prm.varphi + jax.random.normal(key_ey, (n,), dtype)
         return IVData(z, x, y)
 

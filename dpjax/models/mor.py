@@ -51,7 +51,7 @@ from typing import Any, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dpjax import _validate
+from dpjax import _cpu_prng, _validate
 from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf, sanitize
 
 __all__ = ["MixtureOfRegressions", "MoRData"]
@@ -119,7 +119,7 @@ class MixtureOfRegressions:
         """Draw ``n`` records ``y_i = z_i <x_i, beta> + sigma e_i`` (spec 000 §4.2)."""
         key_x, key_z, key_e = jax.random.split(key, 3)
         beta = jnp.asarray(beta)
-        x = jax.random.normal(key_x, (n, beta.shape[0]), dtype=beta.dtype)
+        x = _cpu_prng.normal(key_x, (n, beta.shape[0]), dtype=beta.dtype)
         z = jax.random.rademacher(key_z, (n,), dtype=beta.dtype)
         e = jax.random.normal(key_e, (n,), dtype=beta.dtype)
         return MoRData(x, z * (x @ beta) + self.sigma * e)

@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate
+from dpjax import _cpu_prng, _validate
 from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf, sanitize
 
 __all__ = ["RMCData", "RegressionMissingCovariates"]
@@ -159,7 +159,7 @@ class RegressionMissingCovariates:
         missing with probability ``missing_prob`` (spec 000 §1.4)."""
         key_x, key_e, key_z = jax.random.split(key, 3)
         beta = jnp.asarray(beta)
-        x = jax.random.normal(key_x, (n, beta.shape[0]), dtype=beta.dtype)
+        x = _cpu_prng.normal(key_x, (n, beta.shape[0]), dtype=beta.dtype)
         y = x @ beta + self.sigma * jax.random.normal(key_e, (n,), dtype=beta.dtype)
         z = jax.random.bernoulli(key_z, 1.0 - self.missing_prob, x.shape).astype(beta.dtype)
         return RMCData(z * x, z, y)

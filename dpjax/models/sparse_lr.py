@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpjax import _cpu_prng
+
 __all__ = [
     "HardInstanceModel",
     "SparseLinearModel",
@@ -104,7 +106,7 @@ class SparseLinearModel:
         theta = jnp.asarray(theta)
         d = theta.shape[0]
         key_x, key_noise = jax.random.split(key)
-        x = jax.random.normal(key_x, (n, d), theta.dtype)
+        x = _cpu_prng.normal(key_x, (n, d), theta.dtype)
         if self.rho != 0:
             chol = jnp.asarray(np.linalg.cholesky(toeplitz(d, self.rho)), theta.dtype)
             x = x @ chol.T
