@@ -117,18 +117,20 @@ def normal(key: jax.Array, shape: tuple[int, ...] = (), dtype=None) -> jax.Array
     dimension of ``shape`` is short and not a multiple of 8 (e.g. ``(n, 10)`` data, or one
     user's ``(10,)`` under a ``vmap`` over users): about 4.7x and 3.4x there.
 
-    float32 only; other dtypes, and shapes whose minor dimension is a multiple of 8 or at
-    least 64, call ``jax.random.normal`` (nothing to gain). The values are identical; results
-    computed from them can differ in the last float32 bits, because XLA fuses (and so orders)
-    the arithmetic around the draw differently. Not differentiable with respect to
-    anything (it has no float inputs); ``vmap`` over keys is supported to any depth.
+    CPU and float32 only; other backends and dtypes, and shapes whose minor dimension is a
+    multiple of 8 or at least 64, call ``jax.random.normal`` (nothing to gain). The values
+    are identical; results computed from them can differ in the last float32 bits, because
+    XLA fuses (and so orders) the arithmetic around the draw differently. It has no float
+    inputs (a gradient through it is zero); ``vmap`` over keys is supported to any depth.
     """
     dtype = jnp.dtype(jnp.float32 if dtype is None else dtype)
     shape = tuple(int(s) for s in shape)
     # the slow case: a short minor dimension that is not a multiple of the vector width (a
     # long one, e.g. (n,), vectorises well, and so does a vmap of scalars)
     short_minor = len(shape) > 0 and shape[-1] % 8 != 0 and shape[-1] < 64
+    # elsewhere (GPU, TPU) XLA vectorises differently and a conditional costs a device sync
     if (dtype != jnp.float32 or DISABLED or not short_minor or int(np.prod(shape)) == 0
+            or jax.default_backend() != "cpu"
             or not jax.dtypes.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key)):
         return jax.random.normal(key, shape, dtype)
     fn = _NORMALS.get((shape, dtype.name))
