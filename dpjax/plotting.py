@@ -333,27 +333,6 @@ def _legend_layout(panel: Panel) -> tuple[int, int]:
     return cols, math.ceil(len(labels) / cols)
 
 
-def preload() -> None:
-    """Import matplotlib (Agg) and pyplot, and render one text label (fonts, the mathtext
-    parser): what the first figure of a process pays for, about half a second. ``dpjax run``
-    calls it in a background thread while the study computes (the kernels release the GIL),
-    so the figure at the end does not wait for it. Does nothing without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot  # noqa: F401
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(1, 1))
-        ax = fig.add_subplot()
-        ax.set_yscale("log")
-        ax.set_ylim(0.01, 10)
-        fig.canvas.draw()  # a thread-local figure, not pyplot's global state
-    except Exception:  # noqa: BLE001 - an optional warm-up: the real figure reports errors
-        pass
-
-
 def draw_panels(
     rows: Sequence[Mapping[str, Any]],
     panels: Sequence[Panel],

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -247,13 +246,6 @@ def run_experiment(
         raise ConfigError(f"--memory-budget must be > 0 (GB); got {memory_budget_gb}")
     out = Path(out_dir)
     _check_out_dir(out)
-    warm_up = None
-    if experiment.plot is not None and jax.process_index() == 0:
-        from dpjax import plotting
-
-        warm_up = threading.Thread(target=plotting.preload, name="dpjax-plot-preload",
-                                   daemon=True)
-        warm_up.start()
     rows, iter_rows, by, setting_meta, fp, traces = _run_settings(
         experiment, config, out, reps, seed, chunk_size, progress, data_mode,
         memory_budget_gb, num_devices,
@@ -277,8 +269,6 @@ def run_experiment(
     }
     results.write_json(out / "config.json", meta)
     if experiment.plot is not None:
-        if warm_up is not None:
-            warm_up.join()
         experiment.plot(iter_rows, summary, config, out / "figure.png")
     return StudyOutput(out, rows, iter_rows, summary, meta, traces)
 
