@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate
+from dpjax import _cpu_prng, _validate
 
 __all__ = [
     "KINDS",
@@ -484,7 +484,8 @@ def laplace_noise(key: jax.Array, shape: tuple[int, ...], scale: Any, dtype=jnp.
 def gaussian_noise(key: jax.Array, shape: tuple[int, ...], sigma: Any, dtype=jnp.float32):
     """i.i.d. N(0, sigma^2) noise."""
     _require_float_path("Gaussian noise drawn outside the Gaussian mechanisms")
-    return jax.random.normal(key, shape, dtype=dtype) * jnp.asarray(sigma, dtype=dtype)
+    # _cpu_prng.normal: jax.random.normal's values, faster for short minor dimensions on CPU
+    return _cpu_prng.normal(key, shape, dtype=dtype) * jnp.asarray(sigma, dtype=dtype)
 
 
 def _require_norm(stat: BoundedStatistic, norm: str, mechanism: str) -> None:
