@@ -661,7 +661,7 @@ def main(argv=None) -> int:
     p.add_argument("--scaling", action="store_true",
                    help="time against reps, n and d (benchmarks/figures/scaling.png)")
     p.add_argument("--memory-budget", type=float, default=None,
-                   help="GB per chunk (default: dpjax run's, 0.25 on CPU and 2 on a GPU)")
+                   help="GB per chunk (default: dpjax run's, 0.1 on CPU and 2 on a GPU)")
     p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto")
     p.add_argument("--inline", action="store_true", help="kernel part in this process")
     p.add_argument("--no-e2e", action="store_true", help="skip the whole-process timings")

@@ -20,7 +20,7 @@ def test_memory_budget_sets_the_chunk_size(tmp_path):
     chunks_default, summary_default = _run(tmp_path / "a")
     chunks_tiny, summary_tiny = _run(tmp_path / "b", "--memory-budget", "1e-6")
     # the tests run 4 CPU devices (conftest): the budget is per device
-    assert chunks_default == [6] * len(chunks_default)  # 0.25 GB: all repetitions in one chunk
+    assert chunks_default == [6] * len(chunks_default)  # 0.1 GB: all repetitions in one chunk
     assert chunks_tiny == [4] * len(chunks_tiny)  # a byte budget: one repetition per device
     assert summary_tiny == summary_default
 
@@ -36,7 +36,7 @@ def test_non_positive_memory_budget_is_an_error(tmp_path, capsys):
 def test_chunks_are_evened_out_and_the_default_budget_follows_the_device():
     """At most 18 repetitions fit: 50 run as 3 chunks of 17 (each chunk is padded to the chunk
     size, so 18 + 18 + 14 would compute 54); the budget is per device; the CPU default budget
-    is 0.25 GB."""
+    is 0.1 GB."""
     import jax
 
     from dpjax import study
@@ -54,7 +54,7 @@ def test_chunks_are_evened_out_and_the_default_budget_follows_the_device():
     assert study._auto_chunk(setting, 50, 9.5 * per_rep, devices=2) == 18
     assert study._auto_chunk(setting, 50, 0.5 * per_rep, devices=2) == 2
     assert study._auto_chunk(setting, 1, 0.5 * per_rep, devices=4) == 1
-    assert jax.default_backend() == "cpu" and study.default_memory_budget_gb() == 0.25
+    assert jax.default_backend() == "cpu" and study.default_memory_budget_gb() == 0.1
 
 
 def test_cpu_devices_are_set_before_jax_starts_and_never_over_a_users_choice(monkeypatch):
