@@ -193,15 +193,18 @@ def _settings(family: Family, size: Size):
 
 
 def _run_kernel(settings, reps: int, budget_gb: float):
-    """Every setting through the sweep engine, as ``dpjax run`` would run it (data mode and
-    chunk size chosen the same way); returns the metrics of each setting."""
+    """Every setting through the sweep engine, as ``dpjax run`` would run it (data mode, chunk
+    size and the sharding over every local device chosen the same way); returns the metrics of
+    each setting."""
+    import jax
+
     from dpjax import study, sweep
 
     out = {}
     for s in settings:
         mode = ("stream" if s.estimator.batching == "disjoint"
                 and s.plan.num_blocks == s.estimator.num_steps else "materialize")
-        chunk = study._auto_chunk(s, reps, budget_gb * 2**30)
+        chunk = study._auto_chunk(s, reps, budget_gb * 2**30, jax.local_device_count())
         out[s.key] = sweep.run_setting(s, reps=reps, seed=0, chunk_size=chunk, data_mode=mode)
     return out
 
@@ -685,6 +688,12 @@ def main(argv=None) -> int:
         return 0
     if a.device == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
+    if a.device != "gpu":
+        # one JAX CPU device per core, as `dpjax run` asks (before JAX starts; a user's
+        # XLA_FLAGS / JAX_NUM_CPU_DEVICES count wins), so the kernel is the one dpjax run runs
+        from dpjax.cli import set_cpu_devices
+
+        set_cpu_devices(0)
     if a.numpy_threads:  # before NumPy's BLAS starts (parts and scripts are new processes)
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = str(a.numpy_threads)
