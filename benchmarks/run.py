@@ -176,7 +176,11 @@ def _cpu_s() -> float:
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """This process's own peak RSS (see ``benchmarks/_peak.py``: not ``ru_maxrss``, which
+    starts from the harness's size in a process the harness launched)."""
+    from benchmarks._peak import peak_rss_mb
+
+    return peak_rss_mb()
 
 
 def _numpy(name: str):
@@ -296,17 +300,26 @@ def part_kernel(family: Family, size: Size, rounds: int, budget_gb: float,
 
 
 def _timed_process(cmd: list[str], env: dict) -> dict:
+    """Wall and CPU time of ``cmd`` (``[python, -m NAME | PATH, ...]``), and its peak RSS as
+    the process itself reads it at exit (``benchmarks/_peak.py``)."""
+    fd, peak_file = tempfile.mkstemp(prefix="dpjax-bench-peak-")
+    os.close(fd)
+    cmd = [cmd[0], str(ROOT / "benchmarks" / "_peak.py"), *cmd[1:]]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env | {"BENCH_PEAK_FILE": peak_file},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stderr = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     secs = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{stderr.decode()[-3000:]}")
-    return {"seconds": secs, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "peak_rss_mb": usage.ru_maxrss / 1024.0}
+    try:
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{stderr.decode()[-3000:]}")
+        with open(peak_file) as f:
+            peak = float(f.read())
+    finally:
+        os.unlink(peak_file)
+    return {"seconds": secs, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": peak}
 
 
 def part_e2e(family: Family, size: Size, rounds: int, warm_cache: bool,
