@@ -155,8 +155,7 @@ def default_memory_budget_gb() -> float:
     """The default ``--memory-budget`` (per device): 0.1 GB on CPU, where larger chunks add
     memory but no throughput (a core is busy with one repetition's arrays already; measured:
     0.1 GB is as fast as 0.25 and 20-25% leaner on the Figure-1, Figure-3 (IV) and gradient-EM
-    studies), 2 GB on an
-    accelerator, where batching repetitions is what fills the device."""
+    studies), 2 GB on an accelerator, where batching repetitions is what fills the device."""
     return 0.1 if jax.default_backend() == "cpu" else 2.0
 
 

@@ -38,8 +38,8 @@ class Fig2Config(GLMStudyConfig):
     unsplit: bool = param(True, doc="add the budget-unsplit curve (NOT DP) to panel (c)")
     row_block: int = param(32, ge=0, doc="rows per block of the design (0: all at once); "
                            "32 rows of d = 10,000 decode to 1.3 MB, inside a 2 MB L2 cache; "
-                           "choose a divisor of every n (a remainder costs a copy of the "
-                           "design)")
+                           "where it does not divide n, the largest divisor of n down to half "
+                           "of it")
     beta_seed: int = param(0, ge=0, doc="seed of the true beta (one draw per (d, s*))")
 
     def check(self) -> None:

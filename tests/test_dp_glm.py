@@ -366,7 +366,7 @@ def test_row_blocks_and_the_uint8_grid_design_change_nothing(key):
     x = np.asarray(decode_design(data.x))
     levels = np.unique(x)
     assert levels.size <= 256 and np.abs(x).max() == pytest.approx(255 / 256)
-    blocked = GLM(design="grid8", row_block=64)  # 3 blocks of 64 and a remainder of 18
+    blocked = GLM(design="grid8", row_block=64)  # 5 blocks of 42 (a divisor of 210)
     b = jnp.linspace(-1, 1, 8)
     g1 = grid.clipped_gradient(b, data, 1.0, "linf")
     g2 = blocked.clipped_gradient(b, data, 1.0, "linf")

@@ -35,6 +35,16 @@ def test_grid8_design_is_the_bits_of_its_key():
     assert bool((data.x == want).all())
 
 
+def test_row_blocks_divide_n_where_a_divisor_is_near():
+    """A block size that leaves a remainder makes XLA copy the design: the largest divisor of n
+    in [row_block / 2, row_block] is used instead, else row_block with its remainder."""
+    blocks = {(n, bs): GLM(design="grid8", row_block=bs)._block_rows(n)
+              for n, bs in [(40000, 32), (210, 64), (50000, 32), (33, 7), (10, 16), (70, 16)]}
+    assert blocks == {(40000, 32): 32, (210, 64): 42, (50000, 32): 25, (33, 7): 7,
+                      (10, 16): 16, (70, 16): 14}
+    assert GLM(design="grid8")._block_rows(100) is None
+
+
 @pytest.mark.parametrize("n, row_block", [(64, 16), (70, 16), (10, 16), (33, 7)])
 def test_blockwise_grid8_design_and_responses_equal_the_unblocked_ones(n, row_block):
     """With row_block the design is hashed block by block (one pass): the same bytes as

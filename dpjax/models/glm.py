@@ -232,7 +232,7 @@ class GLM:
         otherwise fuse the hash into both the stored design and the product, computing it twice.
         """
         d = beta.shape[0]
-        w, bs = d // 4, self.row_block
+        w, bs = d // 4, self._block_rows(n)
 
         def codes(words):
             return jax.lax.bitcast_convert_type(words, jnp.uint8).reshape(-1, d)
@@ -257,6 +257,19 @@ class GLM:
         eta = self._rowwise(lambda xb, _: xb @ beta, x, jnp.zeros((n,), beta.dtype), stack=True)
         return x, eta
 
+    def _block_rows(self, n: int) -> int | None:
+        """The rows per block for ``n`` records: ``row_block``, or the largest divisor of ``n``
+        in ``[row_block / 2, row_block]`` when ``row_block`` does not divide ``n`` (a remainder
+        block makes XLA copy the whole design: measured, 2.6 GB instead of 1.0 GB at n = 40000,
+        d = 10000), else ``row_block`` with a remainder. Static (``n`` is a shape)."""
+        bs = self.row_block
+        if bs is None or bs >= n or n % bs == 0:
+            return bs
+        for cand in range(bs - 1, (bs + 1) // 2 - 1, -1):
+            if n % cand == 0:
+                return cand
+        return bs
+
     # -- gradients ------------------------------------------------------------------------------
 
     def _rowwise(
@@ -273,7 +286,7 @@ class GLM:
         :func:`decode_design`).
         """
         n = x.shape[0]
-        bs = self.row_block
+        bs = self._block_rows(n)
         if bs is None or bs >= n:
             return fn(decode(x), y)
         nb, rem = divmod(n, bs)
