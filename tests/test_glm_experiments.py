@@ -41,6 +41,15 @@ def test_fig2_settings_follow_the_paper():
     s40 = by_key["alg5,n=40000,d=10000,s=40"]
     assert s40.columns["s_alg"] == 80 and (s40.truth[:40] != 0).all()
     assert (s40.truth[40:] == 0).all()
+    # the budget-unsplit curve: every step at (eps_base, 1/(2n)), a level of the base setting
+    base = by_key["alg5,n=40000,d=10000,s=10"]
+    T = cfg["T"]
+    assert [(lv["epsilon"], lv["delta"]) for lv in base.levels] == [
+        (0.2, 1 / 80000), (0.5, 1 / 80000), (0.8, 1 / 80000), (math.inf, 1 / 80000),
+        (T * 0.5, T / 80000)]
+    assert len(settings) == 5 and base.estimator.name.startswith("alg5-noisy-iht/")
+    off = glm_fig2.settings(resolve_config(_exp(glm_fig2), {"unsplit": "false"}))
+    assert sum(len(s.levels) for s in off) == sum(len(s.levels) for s in settings) - 1
     with pytest.raises(ConfigError, match="multiple of 4"):
         resolve_config(_exp(glm_fig2), {"d": "1001"})
 
