@@ -63,12 +63,16 @@ def set_cpu_devices(count: int = 0) -> int | None:
     return int(count)
 
 
-def _registry():
+def _experiments():
     try:
-        from dpjax.experiments import registry
+        import dpjax.experiments as experiments
     except ImportError as exc:  # pragma: no cover - dpjax.experiments ships with the package
         raise SystemExit(f"dpjax: the experiments package is not importable: {exc}") from exc
-    return registry()
+    return experiments
+
+
+def _registry():
+    return _experiments().registry()
 
 
 def _parse_set(items: list[str]) -> dict[str, str]:
@@ -135,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="fit one estimator and print its privacy ledger "
                    "('dpjax demo --help')")
     args = parser.parse_args(argv)
-    reg = _registry()
     if args.command == "list":
+        reg = _registry()
         width = max(len(n) for n in reg)
         for name, exp in sorted(reg.items()):
             print(f"{name:<{width}}  {exp.title}")
@@ -149,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dpjax: error: --cpu-devices must be >= 0 (0: one per core); got "
                   f"{args.cpu_devices}", file=sys.stderr)
             return 2
+    exp = _experiments().find(args.name)
+    if args.command == "run":
         set_cpu_devices(args.cpu_devices)
         if args.no_compile_cache:  # also overrides JAX_COMPILATION_CACHE_DIR, which jax reads
             import jax
@@ -158,16 +164,16 @@ def main(argv: list[str] | None = None) -> int:
             enable_compile_cache()
     from dpjax.study import ConfigError, replot, run_experiment
 
-    if args.name not in reg:
+    if exp is None:
         print(f"dpjax: error: unknown experiment {args.name!r}; available: "
-              f"{', '.join(sorted(reg))}", file=sys.stderr)
+              f"{', '.join(sorted(_registry()))}", file=sys.stderr)
         return 2
     try:
         if args.command == "plot":
-            print(f"wrote {replot(reg[args.name], args.out)}")
+            print(f"wrote {replot(exp, args.out)}")
             return 0
         out = run_experiment(
-            reg[args.name], args.out, reps=args.reps, seed=args.seed,
+            exp, args.out, reps=args.reps, seed=args.seed,
             overrides=_parse_set(args.set), chunk_size=args.chunk_size, quick=args.quick,
             progress=not args.no_progress, data_mode=args.data_mode,
             memory_budget_gb=args.memory_budget,
@@ -176,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dpjax: error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {out.out_dir}/results.csv, summary.csv, iterations.csv, config.json"
-          + (", figure.png" if reg[args.name].plot is not None else ""))
+          + (", figure.png" if exp.plot is not None else ""))
     return 0
 
 

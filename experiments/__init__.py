@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-__all__ = ["registry"]
+__all__ = ["find", "registry"]
 
 
 def registry() -> dict:
@@ -28,3 +28,20 @@ def registry() -> dict:
                 raise ValueError(f"duplicate experiment name {exp.name!r}")
             out[exp.name] = exp
     return out
+
+
+def find(name: str):
+    """The experiment ``name``, or ``None``: read from the module of the same name when it
+    defines it (one import instead of every module's: about 0.08 s of each ``dpjax run``),
+    else from :func:`registry`."""
+    if name.isidentifier() and not name.startswith("_"):
+        try:
+            mod = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+        else:
+            for exp in getattr(mod, "EXPERIMENTS", ()):
+                if exp.name == name:
+                    return exp
+    return registry().get(name)

@@ -25,6 +25,22 @@ def test_list_names_the_experiments(capsys):
     assert "em_fig1" in capsys.readouterr().out
 
 
+def test_find_reads_one_module_and_agrees_with_the_registry():
+    """`dpjax run NAME` imports the experiment module named NAME only (every experiment of the
+    registry is found, as the same object; unknown names give None)."""
+    from dpjax.experiments import find, registry
+
+    reg = registry()
+    assert all(find(name) is exp for name, exp in reg.items())
+    assert find("no_such_experiment") is None and find("_common") is None
+    code = ("import sys; from dpjax.experiments import find; assert find('em_fig1').name == "
+            "'em_fig1'; print(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
+            "if m.startswith('dpjax.experiments.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert eval(out) == ["_common", "_em_common", "em_fig1"]
+
+
 def test_run_writes_the_results_files_and_figure(tmp_path, capsys):
     out = tmp_path / "fig1"
     args = ["run", "em_fig1", "--out", str(out), "--quick", "--reps", "2", "--no-progress"]
