@@ -58,15 +58,21 @@ QUICK = dataclasses.replace(DEFAULTS, d=1000, n_grid=(2000, 4000, 8000), n_base=
                             row_block=0)
 
 
+def budget(n: int, eps: float, k: int = 1) -> tuple[float, float]:
+    """The ``(epsilon, delta)`` of a level: ``(eps, 1/(2n))``; ``k = T``: every step at that
+    budget, ``(T eps, T/(2n))`` in all (the budget-unsplit curve)."""
+    return k * eps, k / (2 * n)
+
+
 def settings(c):
     model = GLM(design="grid8", row_block=c["row_block"] or None)
     T = c["T"]
     out = []
 
-    def level(e, n, k=1):  # k = T: every step at (e, 1/(2n)), i.e. (T e, T/(2n)) in total
-        delta = k / (2 * n)
-        return {"epsilon": k * e, "delta": delta, "eta": c["eta"], "truncation": c["R"],
-                "rho": dp_glm.calibrate_rho(k * e, delta, "paper", T)}
+    def level(e, n, k=1):
+        eps, delta = budget(n, e, k)
+        return {"epsilon": eps, "delta": delta, "eta": c["eta"], "truncation": c["R"],
+                "rho": dp_glm.calibrate_rho(eps, delta, "paper", T)}
 
     for (n, s_true), epss in sorted(hd_pairs(c).items()):
         s = c["s_factor"] * s_true
@@ -88,21 +94,22 @@ def plot(iter_rows, summary, c, path):
     def style(e):
         return ("-", None) if math.isfinite(e) else ("--", None)
 
-    pa = [Curve(f"s*={s}, {eps_label(e)}", {"method": "alg5", "n": c["n_base"], "s": s,
-                                             "epsilon": e}, COLORS[i % 5], style(e)[0])
+    def at(n, s, e, k=1):  # the rows of one level
+        eps, delta = budget(n, e, k)
+        return {"method": "alg5", "n": n, "s": s, "epsilon": eps, "delta": delta}
+
+    nb, sb = c["n_base"], c["s_base"]
+    pa = [Curve(f"s*={s}, {eps_label(e)}", at(nb, s, e), COLORS[i % 5], style(e)[0])
           for i, s in enumerate(c["s_grid"]) for e in (c["eps_base"], INF)]
-    pb = [Curve(f"n={n}, {eps_label(e)}", {"method": "alg5", "n": n, "s": c["s_base"],
-                                            "epsilon": e}, COLORS[i % 5], style(e)[0])
+    pb = [Curve(f"n={n}, {eps_label(e)}", at(n, sb, e), COLORS[i % 5], style(e)[0])
           for i, n in enumerate(c["n_grid"]) for e in (c["eps_base"], INF)]
-    pc = [Curve(eps_label(e), {"method": "alg5", "n": c["n_base"], "s": c["s_base"],
-                               "epsilon": e},
+    pc = [Curve(eps_label(e), at(nb, sb, e),
                 COLORS[i % 5] if math.isfinite(e) else "black", style(e)[0])
           for i, e in enumerate((*c["eps_grid"], INF))]
     if c["unsplit"]:
         pc.append(Curve(f"eps={c['eps_base']:g} every step (eps={c['T'] * c['eps_base']:g} in "
-                        f"all): NOT DP at eps={c['eps_base']:g}",
-                        {"method": "alg5", "n": c["n_base"], "s": c["s_base"],
-                         "epsilon": c["T"] * c["eps_base"]}, role="not-dp"))
+                        f"all): NOT DP at eps={c['eps_base']:g}", at(nb, sb, c["eps_base"], c["T"]),
+                        role="not-dp"))
     panels = [
         Panel(f"(a) n={c['n_base']}, eps={c['eps_base']:g}: varying s*", pa),
         Panel(f"(b) s*={c['s_base']}, eps={c['eps_base']:g}: varying n", pb),

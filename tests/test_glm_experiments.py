@@ -81,3 +81,21 @@ def test_real_data_runs_through_the_sweep_with_a_split_per_repetition(tmp_path):
     cfg = json.loads((tmp_path / "config.json").read_text())
     led = cfg["settings"][0]["levels"][0]["ledger"]
     assert led["composition"] == "basic" and led["is_private"]
+
+
+def test_fig2_curves_select_one_level_each(monkeypatch):
+    """Every curve of glm_fig2's figure reads exactly one level's rows, also where eps_grid
+    holds T * eps_base, the total epsilon of the budget-unsplit curve (told apart by delta)."""
+    cfg = resolve_config(_exp(glm_fig2), {"eps_grid": "0.2,25"})
+    rows = [{"method": "alg5", "n": s.columns["n"], "s": s.columns["s"], "epsilon": lv["epsilon"],
+             "delta": lv["delta"], "iteration": 0, "log_sq_error": 1.0}
+            for s in glm_fig2.settings(cfg) for lv in s.levels]
+    assert sum(r["epsilon"] == 25 for r in rows) == 2  # (25, 1/(2n)) and (25, T/(2n))
+    panels = []
+    monkeypatch.setattr(glm_fig2, "plot_panels", lambda _rows, ps, *a, **k: panels.extend(ps))
+    glm_fig2.plot(rows, None, cfg, "unused.png")
+    from dpjax.plotting import _match
+
+    curves = [c for p in panels for c in p.curves]
+    assert len(curves) == 6 + 6 + 4
+    assert all(sum(_match(r, c.where) for r in rows) == 1 for c in curves)
