@@ -75,6 +75,12 @@ def _registry():
     return _experiments().registry()
 
 
+def _find(name: str):
+    """Experiment ``name`` from its own module when it has one, else from the registry."""
+    exp = _experiments().find(name, fallback=False)
+    return exp if exp is not None else _registry().get(name)
+
+
 def _parse_set(items: list[str]) -> dict[str, str]:
     from dpjax.study import ConfigError
 
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dpjax: error: --cpu-devices must be >= 0 (0: one per core); got "
                   f"{args.cpu_devices}", file=sys.stderr)
             return 2
-    exp = _experiments().find(args.name)
+    exp = _find(args.name)
     if args.command == "run":
         set_cpu_devices(args.cpu_devices)
         if args.no_compile_cache:  # also overrides JAX_COMPILATION_CACHE_DIR, which jax reads

@@ -33,6 +33,8 @@ def test_find_reads_one_module_and_agrees_with_the_registry():
     reg = registry()
     assert all(find(name) is exp for name, exp in reg.items())
     assert find("no_such_experiment") is None and find("_common") is None
+    # iv_fig4 is defined in iv_horizon: found through the registry only
+    assert find("iv_fig4", fallback=False) is None and find("iv_fig4") is reg["iv_fig4"]
     code = ("import sys; from dpjax.experiments import find; assert find('em_fig1').name == "
             "'em_fig1'; print(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
             "if m.startswith('dpjax.experiments.')))")
