@@ -782,7 +782,8 @@ def with_sensitivity_margin(stat: BoundedStatistic, margin: Any) -> BoundedStati
 __all__ += ["clipped_outer_mean"]
 
 
-def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any) -> BoundedStatistic:
+def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any, records_axis: int = 0
+                       ) -> BoundedStatistic:
     r"""``(1/n) sum_i CLIP_bound(a_i b_i^T)`` in Frobenius norm, with its replace-one sensitivity.
 
     Each record contributes the rank-one matrix ``a_i b_i^T`` (``a`` is ``(n, k)``, ``b`` is
@@ -806,22 +807,24 @@ def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any) -> BoundedStatist
     Returns:
         A :class:`BoundedStatistic` with value ``(k, m)``, l2 sensitivity ``2 C / n``, replace-one.
     """
-    if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[0]:
+    r = records_axis
+    if r not in (0, 1) or a.ndim != 2 or b.ndim != 2 or a.shape[r] != b.shape[r]:
         raise ValueError(
-            f"clipped_outer_mean needs a (n, k) and b (n, m); got {a.shape} and {b.shape}"
+            f"clipped_outer_mean needs a (n, k) and b (n, m) (records_axis=0) or a (k, n) and "
+            f"b (m, n) (records_axis=1); got {a.shape} and {b.shape}, records_axis={r}"
         )
-    n = a.shape[0]
+    n, f = a.shape[r], 1 - r
     # With the overflow-free factorisation of _scaled_l2 (a_i = u_a 2**-k_a, ||u_a|| = r_a):
     # a term inside the ball keeps its raw factors; a term outside becomes
     # u_a u_b^T * C / (r_a r_b), of norm C up to rounding, whatever the magnitudes of a_i and b_i
     # (entries near the dtype's maximum, denormals, a product of norms that over- or underflows).
-    ua, ka, ra = _scaled_l2(a, 1)
-    ub, kb, rb = _scaled_l2(b, 1)
+    ua, ka, ra = _scaled_l2(a, f)
+    ub, kb, rb = _scaled_l2(b, f)
     bound = jnp.asarray(bound, a.dtype)
     # log2 ||a_i b_i^T||_F, exact in its exponent part: no product of norms can over- or underflow
     inside = _log2_norm(ka, ra) + _log2_norm(kb, rb) <= jnp.log2(bound)  # (n, 1)
     rr = ra * rb
     left = jnp.where(inside, sanitize(a), ua * (bound / jnp.where(rr > 0, rr, jnp.ones_like(rr))))
     right = jnp.where(inside, sanitize(b), ub)
-    value = left.T @ right / n
+    value = (left.T @ right if r == 0 else left @ right.T) / n
     return BoundedStatistic(value, 2.0 * jnp.asarray(bound) / n, "l2", "replace-one")

@@ -360,12 +360,30 @@ def test_clip_linf_is_inside_the_box_for_every_input(x, bound):
        b=hnp.arrays(np.float32, (3, 2), elements=_EXTREME32),
        bound=st.sampled_from([1e-3, 1.0, 37.0]))
 def test_clipped_outer_terms_are_inside_the_ball(a, b, bound):
-    # each record alone (n = 1): its clipped term must have Frobenius norm <= bound
+    # each record alone (n = 1): its clipped term must have Frobenius norm <= bound, with the
+    # records along either axis (the IV gradients put them along the minor one)
     for i in range(a.shape[0]):
         stat = clipped_outer_mean(jnp.asarray(a[i:i + 1]), jnp.asarray(b[i:i + 1]), bound)
+        t_stat = clipped_outer_mean(jnp.asarray(a[i:i + 1].T), jnp.asarray(b[i:i + 1].T), bound,
+                                    records_axis=1)
         term = np.asarray(stat.value, np.float64)
         assert np.isfinite(term).all()
         assert np.linalg.norm(term) <= bound * (1 + RTOL)
+        np.testing.assert_allclose(np.asarray(t_stat.value, np.float64), term, rtol=1e-6,
+                                   atol=1e-30)
+        assert float(t_stat.sensitivity) == float(stat.sensitivity)
+
+
+def test_clipped_outer_mean_is_the_same_with_records_along_either_axis():
+    rng = np.random.default_rng(1)
+    a = (rng.normal(size=(300, 4)) * rng.lognormal(0, 2, size=(300, 1))).astype(np.float32)
+    b = (rng.normal(size=(300, 3)) * 5).astype(np.float32)
+    rows = clipped_outer_mean(jnp.asarray(a), jnp.asarray(b), 7.0)
+    cols = clipped_outer_mean(jnp.asarray(a.T), jnp.asarray(b.T), 7.0, records_axis=1)
+    np.testing.assert_allclose(np.asarray(cols.value), np.asarray(rows.value), rtol=1e-5,
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="records_axis"):
+        clipped_outer_mean(jnp.asarray(a), jnp.asarray(b.T), 7.0, records_axis=1)
 
 
 def test_clip_l2_matches_the_naive_formula_on_ordinary_rows():

@@ -124,8 +124,9 @@ def clipped_first_stage_gradient(
     record changes one clipped term, each of Frobenius norm at most ``gamma1``: the mean moves by
     at most ``2 gamma1 / n`` in Frobenius norm (spec 004 App. B).
     """
-    resid = _residual(sanitize(data.z @ theta), data.x)  # (n, p)
-    return clipped_outer_mean(data.z, resid, gamma1)
+    zt = data.z.T  # (q, n): records along the minor axis, where XLA's CPU loops vectorise
+    resid = _residual(sanitize(theta.T @ zt), data.x.T)  # (p, n)
+    return clipped_outer_mean(zt, resid, gamma1, records_axis=1)
 
 
 def clipped_second_stage_gradient(
@@ -138,19 +139,20 @@ def clipped_second_stage_gradient(
     non-private function of the data (the paper's Algorithm 3), all ``n`` terms move with one
     record and the sensitivity is ``2 gamma2`` instead (spec 004 §6 A2).
     """
-    w = sanitize(data.z @ theta)  # (n, p)
-    s = _residual(sanitize(w @ beta), data.y)  # (n,)
-    stat = clipped_outer_mean(w, s[:, None], gamma2)  # value (p, 1)
+    w = sanitize(theta.T @ data.z.T)  # (p, n), records along the minor axis
+    s = _residual(sanitize(beta @ w), data.y)  # (n,)
+    stat = clipped_outer_mean(w, s[None, :], gamma2, records_axis=1)  # value (p, 1)
     # Dropping the trailing unit axis keeps the l2 norm, hence the sensitivity.
     return BoundedStatistic(stat.value[:, 0], stat.sensitivity, stat.norm, stat.relation)
 
 
 def gradient_norms(theta: jax.Array, beta: jax.Array, data: IVData) -> tuple[jax.Array, jax.Array]:
     """Per-sample gradient norms ``(||g_i^Theta||_F, ||g_i^beta||_2)``, each ``(n,)``."""
-    w = sanitize(data.z @ theta)
-    resid = _residual(w, data.x)
-    s = _residual(sanitize(w @ beta), data.y)
-    return l2_norm(data.z) * l2_norm(resid), l2_norm(w) * jnp.abs(s)
+    zt = data.z.T  # (q, n), records along the minor axis
+    w = sanitize(theta.T @ zt)  # (p, n)
+    resid = _residual(w, data.x.T)
+    s = _residual(sanitize(beta @ w), data.y)
+    return l2_norm(zt, 0) * l2_norm(resid, 0), l2_norm(w, 0) * jnp.abs(s)
 
 
 def _residual(fitted: jax.Array, observed: jax.Array) -> jax.Array:
