@@ -32,6 +32,12 @@ from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
 
 
+def budget(n: int, eps: float, k: int = 1) -> tuple[float, float]:
+    """The ``(epsilon, delta)`` of a level: ``(eps, 1/(2n))``; ``k = T``: every step at that
+    budget, ``(T eps, T/(2n))`` in all (the budget-unsplit curve)."""
+    return k * eps, k / (2 * n)
+
+
 @dataclasses.dataclass(frozen=True)
 class Fig2Config(GLMStudyConfig):
     d: int = param(10000, ge=4, multiple_of=4, doc="dimension (8-bit grid design)")
@@ -51,17 +57,16 @@ class Fig2Config(GLMStudyConfig):
         if s > self.d:
             raise ConfigError(f"--set d: must be >= the algorithm's largest sparsity s_factor "
                               f"x max(s_grid, s_base) = {s}; got {self.d}")
+        if self.unsplit and budget(self.n_base, self.eps_base, self.T)[1] >= 1:
+            raise ConfigError(f"--set unsplit: the budget-unsplit curve spends delta = 1/(2n) on "
+                              f"each of T = {self.T} steps, {self.T}/(2 x {self.n_base}) >= 1 "
+                              f"in all at n_base = {self.n_base}; set unsplit=false or "
+                              f"n_base > T/2")
 
 
 DEFAULTS = Fig2Config()
 QUICK = dataclasses.replace(DEFAULTS, d=1000, n_grid=(2000, 4000, 8000), n_base=4000, T=15,
                             row_block=0)
-
-
-def budget(n: int, eps: float, k: int = 1) -> tuple[float, float]:
-    """The ``(epsilon, delta)`` of a level: ``(eps, 1/(2n))``; ``k = T``: every step at that
-    budget, ``(T eps, T/(2n))`` in all (the budget-unsplit curve)."""
-    return k * eps, k / (2 * n)
 
 
 def settings(c):
