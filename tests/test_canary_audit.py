@@ -265,7 +265,9 @@ FAST_TRIALS = 1000
 # ld-dp-em/rmc (its canary reaches about half the claimed mu: 1000 trials catch the plant only
 # about half the time); the rows checked honest-only need fewer.
 FAST_TRIALS_FOR = {"dp-gem/gmm": 500, "dp-gem/mor": 500, "dp-gem/rmc": 500,
-                   "dp-gem/rmc-exact-k": 500, "dp-em-exact/gmm": 500, "ld-dp-em/rmc": 4000}
+                   "dp-gem/rmc-exact-k": 500, "dp-em-exact/gmm": 500, "ld-dp-em/rmc": 4000,
+                   # one cheap release a trial; its best event lies in a tail (P_D about 1%)
+                   "mechanism/noisy-ht": 16000}
 
 # Where a planted noise x 0.2 is not caught by the small audit, and why (docs/audits.md has
 # the numbers); for these the test checks the honest run only. Every other estimator must
@@ -274,7 +276,7 @@ FAST_NOISE_NOT_CAUGHT = {
     **{name: "peeling / NoisyHT audited against the ledger's (epsilon, delta) at a small "
        "delta: its advanced-composition calibration leaves more slack than x 0.2 removes at "
        "any delta a few thousand trials resolve"
-       for name in ("mechanism/noisy-ht", "hd-dp-em/gmm", "hd-dp-em/mor", "hd-dp-em/rmc",
+       for name in ("hd-dp-em/gmm", "hd-dp-em/mor", "hd-dp-em/rmc",
                     "alg5-noisy-iht/logistic")},
     "alg1-noisy-gd/logistic": "within the calibration's slack: tight epsilon 0.151 at delta "
     "0.05 with noise x 0.2, against 0 without (test_a_plant_within_the_calibrations_slack...)",
@@ -335,7 +337,7 @@ CAUGHT = {
     "dp-2s-gd/tight": PLANTS_BOTH, "dp-mean": PLANTS_BOTH, "dp-gem/rmc": PLANTS_BOTH,
     "clipped-gem/rmc": PLANTS_BOTH, "dp-gem-split/gmm": NOISE,
     "alg1-noisy-gd-unsplit/logistic (not DP as claimed)": PLANTS_BOTH, "ldp-gem/mor": NOISE,
-    "dp-gem-split/rmc": PLANTS_BOTH, "dp-em-exact/gmm": NOISE,
+    "dp-gem-split/rmc": PLANTS_BOTH, "dp-em-exact/gmm": NOISE, "mechanism/noisy-ht": NOISE,
 }
 
 
