@@ -822,7 +822,7 @@ def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any, records_axis: int
     ub, kb, rb = _scaled_l2(b, f)
     bound = jnp.asarray(bound, a.dtype)
     # log2 ||a_i b_i^T||_F, exact in its exponent part: no product of norms can over- or underflow
-    inside = _log2_norm(ka, ra) + _log2_norm(kb, rb) <= jnp.log2(bound)  # (n, 1)
+    inside = _log2_norm(ka, ra) + _log2_norm(kb, rb) <= jnp.log2(bound)  # (n, 1) or (1, n)
     rr = ra * rb
     left = jnp.where(inside, sanitize(a), ua * (bound / jnp.where(rr > 0, rr, jnp.ones_like(rr))))
     right = jnp.where(inside, sanitize(b), ub)
