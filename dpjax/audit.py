@@ -52,6 +52,7 @@ Example (the planted under-noising of ``tests/test_audit.py``)::
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import zlib
 from collections.abc import Callable
@@ -1117,6 +1118,8 @@ def main(argv: list[str] | None = None) -> int:
         # (name, build, trials): each case built and audited in turn (rows print as they
         # come); the Wang & Xu release is audited at delta = 1e-5, which needs 10^5 trials
         todo = [(c.name, lambda c=c: c, args.trials) for c in mechanism_cases()]
+        todo += [(name, lambda name=name: next(c for c in _peeling_cases() if c.name == name),
+                  args.trials) for name in PEELING_CASES]
         todo += [(c.name, lambda c=c: c, max(args.trials, 100_000))
                  for c in wang_xu_radius_cases()]
         todo += [(e.name, lambda name=e.name: registry_cases([name])[0], args.trials)
@@ -1209,6 +1212,104 @@ def mechanism_cases(n: int = 10) -> list[CanaryCase]:
         cases.append(CanaryCase(name, _one_release(name, release), (), jnp.zeros(d), data_in,
                                 data_out, 0, flat_statistic(direction, np.zeros(d)), eps,
                                 delta, 2.0 / n, mu, pure, "final", kind))
+    return cases
+
+
+#: The names of :func:`peeling_cases`.
+PEELING_CASES = ("hd-dp-em/gmm/one-step", "alg5-noisy-iht/logistic/one-step")
+
+
+@functools.cache
+def _peeling_cases() -> tuple[CanaryCase, ...]:
+    return tuple(peeling_cases())
+
+
+def peeling_cases() -> list[CanaryCase]:
+    """One-step canary cases of the registered peeling estimators on crafted data, where the
+    canary moves every coordinate's score as in the core ``mechanism/noisy-ht`` case.
+
+    The registry examples audit ``hd-dp-em/*`` and ``alg5-noisy-iht/logistic`` through the
+    trajectory statistic on simulated data, where the signal fixes the selection and the
+    released values alone leave the planted noise x 0.2 below the claim. Privacy must hold on
+    every data set, so these cases choose one: a single step (``N0 = T = 1``; under sample
+    splitting each step is its own release on its own batch, so one step is the whole
+    guarantee of ``hd-dp-em``), ``s = 1``, a budget whose ledger claims ``(1, 1e-3)``, a
+    public start, and two records (a fixed one and the canary) whose noise-free pre-threshold
+    vectors are, up to sign, ``lambda (1, 0, 0, 0, 0, 0)`` on ``D`` and ``lambda (0, 0, 1, 1,
+    1, 1)`` on ``D'`` (``lambda``: what the pair attains of the sensitivity). Coordinate 1
+    carries the start, which drives every record's posterior weight or link to its extreme and
+    cancels in the pre-threshold vector. The statistic is the released value of coordinate 0,
+    0 where it is not selected.
+
+    * ``hd-dp-em/gmm/one-step``: ``GaussianMixture(0.5)``, ``T = 1``, ``eta = 1`` (the start
+      cancels), start ``0.1 (e_0 + e_1)``, records ``10^3 (3, -1, 1, 1, 1, 1)`` (fixed),
+      ``10^3 (1, 1, -1, -1, -1, -1)`` (canary) and ``10^3 (-1, 3, 1, 1, 1, 1)``: every weight
+      ``tanh(<y, beta>/(2 sigma^2))`` is 1, and the pair attains the declared ``2 T / n0`` in
+      every coordinate but coordinate 1.
+    * ``alg5-noisy-iht/logistic/one-step``: logistic GLM, ``R = 1``, ``eta = 1``, start
+      ``b e_1`` with ``b = 1 + sigmoid(b) = 1.87`` (so ``beta - eta g`` is 0 on coordinate
+      1), designs ``(1, 1, 1, 1, 1, 1)``, ``(1, 1, -1, -1, -1, -1)`` and ``(-1, 1, 1, 1, 1,
+      1)``, every ``y = -1``: the residual is ``b`` for every record, and the pair attains
+      ``b / 2 = 0.93`` of the true sensitivity ``2 (R + c1) sigma_x / n``. The printed ``B``
+      declares twice that, so the ledger delivers ``(epsilon / 2, delta)``: run at epsilon 2.
+
+    ``hd-dp-em/mor`` has no such case: for the corrected gradient the record term
+    ``Pi(x) (c Pi(y) - Pi(x^T beta))`` lies in ``[-T^2, T^2]^d`` (``c Pi(y)`` has the sign of
+    ``x^T beta``), so the declared ``4 T^2 / n0`` is twice the true sensitivity, and with
+    noise x 0.2 a one-step release at ``(1, 1e-3)`` is at most ``0.83``-DP: no violation to
+    catch (docs/audits.md).
+    """
+    from dpjax.algorithms import dp_em, dp_glm
+    from dpjax.base import fit
+    from dpjax.models import GaussianMixture
+    from dpjax.models.glm import GLM, GLMData
+    from dpjax.models.gmm import GMMData
+
+    d, big = 6, 1e3
+    # sign patterns of the fixed record, the canary and its replacement (coordinate 1: the
+    # start's): fixed + canary = (2, 0, 0, 0, 0, 0), fixed + replacement = (0, 0, 2, 2, 2, 2)
+    fixed = np.array([1.0, -1.0] + [1.0] * (d - 2))
+    canary = np.array([1.0, 1.0] + [-1.0] * (d - 2))
+    other = np.array([-1.0, 1.0] + [1.0] * (d - 2))
+
+    def f32(*xs):
+        return tuple(jnp.asarray(x, jnp.float32) for x in xs)
+
+    # GMM: <y, beta0> > 0 for all three records (coordinate 0 of the fixed record and
+    # coordinate 1 of the replacement tripled; clipping to T = 1 undoes it)
+    gmm = [big * fixed * [3, 1, 1, 1, 1, 1], big * canary, big * other * [1, 3, 1, 1, 1, 1]]
+    b = 1.0
+    for _ in range(100):  # the fixed point b = 1 + sigmoid(b)
+        b = 1.0 + 1.0 / (1.0 + math.exp(-b))
+    glm = [np.abs(fixed), canary, other]  # coordinate 1 = 1 for all: x^T beta0 = b
+    setups = {
+        "hd-dp-em/gmm/one-step": (
+            dp_em.hd_dp_em(GaussianMixture(0.5), 1, 1),
+            dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, 1.0)), np.r_[0.1, 0.1, np.zeros(d - 2)],
+            lambda r: GMMData(*f32(np.stack([r, gmm[0]]))), gmm[1], gmm[2]),
+        "alg5-noisy-iht/logistic/one-step": (
+            dp_glm.noisy_iht(GLM("logistic"), 1, 1),
+            # rho is informational for Algorithm 5: eps^2 / (4 T log(2 T / delta)), T = 1
+            dp_glm.GLMHyperparams(*f32(2.0, 1e-3, 1.0, 1.0, 1.0 / math.log(2e3))),
+            np.r_[0.0, b, np.zeros(d - 2)],
+            lambda r: GLMData(*f32(np.stack([r, glm[0]]), [-1.0, -1.0])), glm[1], glm[2]),
+    }
+    cases = []
+    for name, (estimator, hp, beta0, data, rec_in, rec_out) in setups.items():
+        data_in, data_out = data(rec_in), data(rec_out)
+        beta0 = jnp.asarray(beta0, jnp.float32)
+        approx = fit(estimator, jax.random.key(0), data_in, beta0, hp).ledger.approx_dp
+        exact = hp._replace(epsilon=jnp.float32(np.inf))  # the noise-free releases
+        out_in, out_out = (fit(estimator, jax.random.key(0), x, beta0, exact).estimate
+                           for x in (data_in, data_out))
+        # the pure-DP bound of one peeling release: s rounds of report-noisy-max (2 Delta / b
+        # each) and s Laplace values (Delta / b each), Delta the true sensitivity
+        (ev,) = probe_events(estimator, data_in, beta0, hp)
+        pure = 3 * ev.s * float(ev.true_sensitivity[0]) / float(ev.scale[0])
+        cases.append(CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,
+                                flat_statistic(out_in, np.zeros(d)), float(approx.epsilon),
+                                float(approx.delta), float(np.abs(out_in - out_out).max()),
+                                pure_epsilon=pure))
     return cases
 
 
