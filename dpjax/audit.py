@@ -1216,7 +1216,8 @@ def mechanism_cases(n: int = 10) -> list[CanaryCase]:
 
 
 #: The names of :func:`peeling_cases`.
-PEELING_CASES = ("hd-dp-em/gmm/one-step", "alg5-noisy-iht/logistic/one-step")
+PEELING_CASES = ("hd-dp-em/gmm/one-step", "hd-dp-em/rmc/one-step",
+                 "alg5-noisy-iht/logistic/one-step")
 
 
 @functools.cache
@@ -1238,14 +1239,23 @@ def peeling_cases() -> list[CanaryCase]:
     vectors are, up to sign, ``lambda (1, 0, 0, 0, 0, 0)`` on ``D`` and ``lambda (0, 0, 1, 1,
     1, 1)`` on ``D'`` (``lambda``: what the pair attains of the sensitivity). Coordinate 1
     carries the start, which drives every record's posterior weight or link to its extreme and
-    cancels in the pre-threshold vector. The statistic is the released value of coordinate 0,
-    0 where it is not selected.
+    cancels in the pre-threshold vector (RMC: coordinates 1 and 6, d = 7). The statistic is
+    the released value of coordinate 0, 0 where it is not selected.
 
     * ``hd-dp-em/gmm/one-step``: ``GaussianMixture(0.5)``, ``T = 1``, ``eta = 1`` (the start
       cancels), start ``0.1 (e_0 + e_1)``, records ``10^3 (3, -1, 1, 1, 1, 1)`` (fixed),
       ``10^3 (1, 1, -1, -1, -1, -1)`` (canary) and ``10^3 (-1, 3, 1, 1, 1, 1)``: every weight
       ``tanh(<y, beta>/(2 sigma^2))`` is 1, and the pair attains the declared ``2 T / n0`` in
       every coordinate but coordinate 1.
+    * ``hd-dp-em/rmc/one-step``: ``RegressionMissingCovariates(1.0)``, ``T = 1``, ``eta =
+      1``, start ``0.01`` in every coordinate, every ``y = 10^3``, d = 7 with two steering
+      coordinates (1 and 6, one ``-10^8`` and one ``T`` per record, opposite between the fixed
+      record and the others, so that ``<x_obs, beta>`` is about ``-10^6`` and their terms
+      cancel). A record's term is ``-2 T^2`` or ``2 T^2`` where ``x_j`` is observed (by its
+      sign) and ``3 T^2 - beta_j`` where it is missing (the conditional mean ``c beta_j`` and
+      ``<nv, beta>`` are clipped at ``T``): the fixed record (all observed, ``+T``) against the
+      canary (coordinate 0 missing, 2-5 at ``-10^8``) and its replacement (2-5 missing, 0 at
+      ``-10^8``) attains ``5 T^2 - 0.01`` of the declared ``6 T^2 + 0.01`` (0.83).
     * ``alg5-noisy-iht/logistic/one-step``: logistic GLM, ``R = 1``, ``eta = 1``, start
       ``b e_1`` with ``b = 1 + sigmoid(b) = 1.87`` (so ``beta - eta g`` is 0 on coordinate
       1), designs ``(1, 1, 1, 1, 1, 1)``, ``(1, 1, -1, -1, -1, -1)`` and ``(-1, 1, 1, 1, 1,
@@ -1256,14 +1266,15 @@ def peeling_cases() -> list[CanaryCase]:
     ``hd-dp-em/mor`` has no such case: for the corrected gradient the record term
     ``Pi(x) (c Pi(y) - Pi(x^T beta))`` lies in ``[-T^2, T^2]^d`` (``c Pi(y)`` has the sign of
     ``x^T beta``), so the declared ``4 T^2 / n0`` is twice the true sensitivity, and with
-    noise x 0.2 a one-step release at ``(1, 1e-3)`` is at most ``0.83``-DP: no violation to
+    noise x 0.2 a one-step release at ``(1, 1e-3)`` is at most ``0.82``-DP: no violation to
     catch (docs/audits.md).
     """
     from dpjax.algorithms import dp_em, dp_glm
     from dpjax.base import fit
-    from dpjax.models import GaussianMixture
+    from dpjax.models import GaussianMixture, RegressionMissingCovariates
     from dpjax.models.glm import GLM, GLMData
     from dpjax.models.gmm import GMMData
+    from dpjax.models.rmc import RMCData
 
     d, big = 6, 1e3
     # sign patterns of the fixed record, the canary and its replacement (coordinate 1: the
@@ -1282,11 +1293,21 @@ def peeling_cases() -> list[CanaryCase]:
     for _ in range(100):  # the fixed point b = 1 + sigmoid(b)
         b = 1.0 + 1.0 / (1.0 + math.exp(-b))
     glm = [np.abs(fixed), canary, other]  # coordinate 1 = 1 for all: x^T beta0 = b
+    # RMC (x, z): coordinates 1 and 6 steer; x = 0 where missing (z = 0)
+    far, T = -1e8, 1.0
+    rmc = [(np.array([T, T, T, T, T, T, far]), np.ones(7)),
+           (np.array([0, far, far, far, far, far, T]), np.r_[0.0, np.ones(6)]),
+           (np.array([far, far, 0, 0, 0, 0, T]), np.r_[1.0, 1.0, np.zeros(4), 1.0])]
     setups = {
         "hd-dp-em/gmm/one-step": (
             dp_em.hd_dp_em(GaussianMixture(0.5), 1, 1),
             dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, 1.0)), np.r_[0.1, 0.1, np.zeros(d - 2)],
             lambda r: GMMData(*f32(np.stack([r, gmm[0]]))), gmm[1], gmm[2]),
+        "hd-dp-em/rmc/one-step": (
+            dp_em.hd_dp_em(RegressionMissingCovariates(1.0), 1, 1),
+            dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, T)), np.full(7, 0.01),
+            lambda r: RMCData(*f32(np.stack([r[0], rmc[0][0]]), np.stack([r[1], rmc[0][1]]),
+                                   [1e3, 1e3])), rmc[1], rmc[2]),
         "alg5-noisy-iht/logistic/one-step": (
             dp_glm.noisy_iht(GLM("logistic"), 1, 1),
             # rho is informational for Algorithm 5: eps^2 / (4 T log(2 T / delta)), T = 1
@@ -1307,7 +1328,8 @@ def peeling_cases() -> list[CanaryCase]:
         (ev,) = probe_events(estimator, data_in, beta0, hp)
         pure = 3 * ev.s * float(ev.true_sensitivity[0]) / float(ev.scale[0])
         cases.append(CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,
-                                flat_statistic(out_in, np.zeros(d)), float(approx.epsilon),
+                                flat_statistic(out_in, np.zeros(beta0.shape)),
+                                float(approx.epsilon),
                                 float(approx.delta), float(np.abs(out_in - out_out).max()),
                                 pure_epsilon=pure))
     return cases
