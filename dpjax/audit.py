@@ -1118,8 +1118,8 @@ def main(argv: list[str] | None = None) -> int:
         # (name, build, trials): each case built and audited in turn (rows print as they
         # come); the Wang & Xu release is audited at delta = 1e-5, which needs 10^5 trials
         todo = [(c.name, lambda c=c: c, args.trials) for c in mechanism_cases()]
-        todo += [(name, lambda name=name: next(c for c in _peeling_cases() if c.name == name),
-                  args.trials) for name in PEELING_CASES]
+        todo += [(name, lambda name=name: next(c for c in _crafted_cases() if c.name == name),
+                  args.trials) for name in CRAFTED_CASES]
         todo += [(c.name, lambda c=c: c, max(args.trials, 100_000))
                  for c in wang_xu_radius_cases()]
         todo += [(e.name, lambda name=e.name: registry_cases([name])[0], args.trials)
@@ -1215,19 +1215,21 @@ def mechanism_cases(n: int = 10) -> list[CanaryCase]:
     return cases
 
 
-#: The names of :func:`peeling_cases`.
-PEELING_CASES = ("hd-dp-em/gmm/one-step", "hd-dp-em/rmc/one-step",
-                 "alg5-noisy-iht/logistic/one-step")
+#: The names of :func:`crafted_cases`.
+CRAFTED_CASES = ("hd-dp-em/gmm/one-step", "hd-dp-em/rmc/one-step",
+                 "alg5-noisy-iht/logistic/one-step", "ld-dp-em/rmc/one-step")
 
 
 @functools.cache
-def _peeling_cases() -> tuple[CanaryCase, ...]:
-    return tuple(peeling_cases())
+def _crafted_cases() -> tuple[CanaryCase, ...]:
+    return tuple(crafted_cases())
 
 
-def peeling_cases() -> list[CanaryCase]:
-    """One-step canary cases of the registered peeling estimators on crafted data, where the
-    canary moves every coordinate's score as in the core ``mechanism/noisy-ht`` case.
+def crafted_cases() -> list[CanaryCase]:
+    """One-step canary cases of registered estimators on crafted data: the peeling estimators,
+    where the canary moves every coordinate's score as in the core ``mechanism/noisy-ht``
+    case, and the low-dimensional DP-EM of the RMC model, where it moves every coordinate by
+    0.83 of the declared sensitivity.
 
     The registry examples audit ``hd-dp-em/*`` and ``alg5-noisy-iht/logistic`` through the
     trajectory statistic on simulated data, where the signal fixes the selection and the
@@ -1262,6 +1264,14 @@ def peeling_cases() -> list[CanaryCase]:
       1)``, every ``y = -1``: the residual is ``b`` for every record, and the pair attains
       ``b / 2 = 0.93`` of the true sensitivity ``2 (R + c1) sigma_x / n``. The printed ``B``
       declares twice that, so the ledger delivers ``(epsilon / 2, delta)``: run at epsilon 2.
+
+    * ``ld-dp-em/rmc/one-step``: the classic Gaussian release of the same RMC statistic
+      (``Delta_2 = sqrt(d) lambda``, as the paper prints), d = 20, one record: the canary has
+      every coordinate but the steering coordinate 0 missing (terms ``3 T^2 - 0.01``), its
+      replacement every coordinate observed at ``-10^8`` (terms ``-2 T^2``), so the pair moves
+      19 of 20 coordinates by 0.83 of ``lambda``: 0.81 of the declared l2 sensitivity. A
+      halved sensitivity is then a violation (``2 x 0.81 > 1``); the claim is the GDP curve of
+      the release at :data:`AUDIT_DELTA`, the statistic the projection on the difference.
 
     ``hd-dp-em/mor`` has no such case: for the corrected gradient the record term
     ``Pi(x) (c Pi(y) - Pi(x^T beta))`` lies in ``[-T^2, T^2]^d`` (``c Pi(y)`` has the sign of
@@ -1298,6 +1308,10 @@ def peeling_cases() -> list[CanaryCase]:
     rmc = [(np.array([T, T, T, T, T, T, far]), np.ones(7)),
            (np.array([0, far, far, far, far, far, T]), np.r_[0.0, np.ones(6)]),
            (np.array([far, far, 0, 0, 0, 0, T]), np.r_[1.0, 1.0, np.zeros(4), 1.0])]
+    # ld-dp-em/rmc: one record, coordinate 0 steers (observed at -10^8 in both records)
+    dg = 20
+    rmc_ld = [(np.r_[far, np.zeros(dg - 1)], np.r_[1.0, np.zeros(dg - 1)]),
+              (np.full(dg, far), np.ones(dg))]
     setups = {
         "hd-dp-em/gmm/one-step": (
             dp_em.hd_dp_em(GaussianMixture(0.5), 1, 1),
@@ -1314,6 +1328,10 @@ def peeling_cases() -> list[CanaryCase]:
             dp_glm.GLMHyperparams(*f32(2.0, 1e-3, 1.0, 1.0, 1.0 / math.log(2e3))),
             np.r_[0.0, b, np.zeros(d - 2)],
             lambda r: GLMData(*f32(np.stack([r, glm[0]]), [-1.0, -1.0])), glm[1], glm[2]),
+        "ld-dp-em/rmc/one-step": (
+            dp_em.ld_dp_em(RegressionMissingCovariates(1.0), 1),
+            dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, T)), np.full(dg, 0.01),
+            lambda r: RMCData(*f32(r[0][None], r[1][None], [1e3])), rmc_ld[0], rmc_ld[1]),
     }
     cases = []
     for name, (estimator, hp, beta0, data, rec_in, rec_out) in setups.items():
@@ -1323,15 +1341,25 @@ def peeling_cases() -> list[CanaryCase]:
         exact = hp._replace(epsilon=jnp.float32(np.inf))  # the noise-free releases
         out_in, out_out = (fit(estimator, jax.random.key(0), x, beta0, exact).estimate
                            for x in (data_in, data_out))
-        # the pure-DP bound of one peeling release: s rounds of report-noisy-max (2 Delta / b
-        # each) and s Laplace values (Delta / b each), Delta the true sensitivity
-        (ev,) = probe_events(estimator, data_in, beta0, hp)
-        pure = 3 * ev.s * float(ev.true_sensitivity[0]) / float(ev.scale[0])
-        cases.append(CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,
-                                flat_statistic(out_in, np.zeros(beta0.shape)),
-                                float(approx.epsilon),
-                                float(approx.delta), float(np.abs(out_in - out_out).max()),
-                                pure_epsilon=pure))
+        events = probe_events(estimator, data_in, beta0, hp)
+        mu = _gdp_mu(events, disjoint=True)
+        if mu is None:
+            # the pure-DP bound of one peeling release: s rounds of report-noisy-max (2 Delta
+            # / b each) and s Laplace values (Delta / b each), Delta the true sensitivity
+            (ev,) = events
+            pure = 3 * ev.s * float(ev.true_sensitivity[0]) / float(ev.scale[0])
+            cases.append(CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,
+                                    flat_statistic(out_in, np.zeros(beta0.shape)),
+                                    float(approx.epsilon), float(approx.delta),
+                                    float(np.abs(out_in - out_out).max()), pure_epsilon=pure))
+        else:  # a Gaussian release: the claim is its GDP curve at AUDIT_DELTA
+            from dpjax.accounting import gaussian_epsilon
+
+            cases.append(CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,
+                                    flat_statistic(out_in - out_out, out_out),
+                                    float(gaussian_epsilon(mu, AUDIT_DELTA)), AUDIT_DELTA,
+                                    float(np.linalg.norm(out_in - out_out)), gdp_mu=mu,
+                                    claim_kind="gdp-curve"))
     return cases
 
 

@@ -30,6 +30,7 @@ import pytest
 
 from dpjax import audit, mechanisms, registry
 from dpjax._validate import DPJaxWarning
+from dpjax.base import probe_events
 
 TRIALS = 2000  # per data set; half select the event, half evaluate it
 NOISE = ("noise-x0.2",)
@@ -151,11 +152,12 @@ def test_the_canary_pair_is_a_replace_one_neighbour_in_the_last_batch():
 # sample splitting), zCDP Gaussian over several steps (clipped DP gradient EM).
 MECHANISMS = {c.name: c for c in audit.mechanism_cases()}
 # the one-step peeling cases on crafted data (built on first use: each runs the estimator)
-CRAFTED = list(audit.PEELING_CASES)
+CRAFTED = list(audit.CRAFTED_CASES)
+CRAFTED_PEELING = [n for n in CRAFTED if not n.startswith("ld-dp-em/")]
 
 
 def _crafted(name):
-    return next(c for c in audit._peeling_cases() if c.name == name)
+    return next(c for c in audit._crafted_cases() if c.name == name)
 NOISE_CASES = ["mechanism/laplace", "mechanism/gaussian-zcdp", "mechanism/gaussian-classic",
                "dp-mean", "ld-dp-em/gmm", "clipped-gem/mor"]
 # halved sensitivity: the core mechanisms, and a classic-Gaussian estimator audited on the GDP
@@ -191,7 +193,7 @@ def test_halved_sensitivity_is_caught(name, key):
     assert planted.violates(case.claim_epsilon), str(planted)
 
 
-@pytest.mark.parametrize("name", CRAFTED)
+@pytest.mark.parametrize("name", CRAFTED_PEELING)
 def test_the_crafted_peeling_cases_claim_what_their_ledger_says(name):
     """The one-step peeling cases: the ledger's claim is (1, 1e-3); the pure-DP bound of the
     release, 3 s Delta / b, is below it honest (about 0.33) and with the sensitivity halved
@@ -207,6 +209,23 @@ def test_the_crafted_peeling_cases_claim_what_their_ledger_says(name):
             for a, b in zip(jax.tree_util.tree_leaves(case.data_in),
                             jax.tree_util.tree_leaves(case.data_out))]
     assert {int(r) for rr in rows for r in rr} == {0}
+
+
+def test_the_crafted_gaussian_case_catches_a_halved_sensitivity(key):
+    """ld-dp-em/rmc on one crafted record reaches 0.81 of the declared l2 sensitivity (19 of
+    20 coordinates at (5 T^2 - 0.01) / (6 T^2 + 0.01)): above 1/2, so the halved sensitivity
+    is a violation on this pair, and 16000 trials per data set catch it; the honest audit
+    stays below the claim (its GDP curve at delta = 0.05)."""
+    case = _crafted("ld-dp-em/rmc/one-step")
+    (ev,) = probe_events(case.estimator, case.data_in, case.params0, case.hparams)
+    reach = case.separation / float(ev.scale[0]) / case.gdp_mu
+    assert reach == pytest.approx(math.sqrt(19 / 20) * (5 - 0.01) / (6 + 0.01), rel=1e-3)
+    k = jax.random.fold_in(key, 3)
+    honest = _audit(case, jax.random.fold_in(k, 0), trials=16000)
+    planted = _audit(case, jax.random.fold_in(k, 1), "sensitivity-x0.5", trials=16000)
+    assert not honest.violates(case.claim_epsilon), str(honest)
+    assert honest.epsilon_lower <= case.epsilon_bound(1.0)
+    assert planted.violates(case.claim_epsilon), str(planted)
 
 
 def test_a_plant_within_the_calibrations_slack_is_not_a_violation():
@@ -296,7 +315,7 @@ FAST_TRIALS_FOR = {"dp-gem/gmm": 500, "dp-gem/mor": 500, "dp-gem/rmc": 500,
                    # one cheap release a trial; its best event lies in a tail (P_D about 1%)
                    "mechanism/noisy-ht": 16000, **dict.fromkeys(CRAFTED, 16000),
                    # its pair attains 0.83 of the declared sensitivity (1.04-1.14 at 64000)
-                   "hd-dp-em/rmc/one-step": 64000}
+                   "hd-dp-em/rmc/one-step": 64000, "ld-dp-em/rmc/one-step": 16000}
 
 # Where a planted noise x 0.2 is not caught by the small audit, and why (docs/audits.md has
 # the numbers); for these the test checks the honest run only. Every other estimator must
@@ -304,7 +323,7 @@ FAST_TRIALS_FOR = {"dp-gem/gmm": 500, "dp-gem/mor": 500, "dp-gem/rmc": 500,
 FAST_NOISE_NOT_CAUGHT = {
     **{name: "peeling on the registry's simulated data, whose signal fixes the selection: "
        "the released values alone leave noise x 0.2 below the ledger's claim; caught on "
-       "crafted data by its one-step case (CRAFTED, audit.peeling_cases: the canary moves "
+       "crafted data by its one-step case (CRAFTED, audit.crafted_cases: the canary moves "
        "every score)" for name in ("hd-dp-em/gmm", "hd-dp-em/rmc", "alg5-noisy-iht/logistic")},
     "hd-dp-em/mor": "peeling as above, and the declared 4 T^2 / n0 is twice the true "
     "sensitivity of the corrected term (tests/test_dp_em_mor.py::test_per_record_term_range_"
@@ -365,7 +384,8 @@ def test_small_audit_of_every_estimator(name, key):
 # were not re-run with the trajectory attack; docs/audits.md says which.
 CAUGHT = {
     "mechanism/laplace": PLANTS_BOTH, "mechanism/gaussian-zcdp": PLANTS_BOTH,
-    "mechanism/gaussian-classic": PLANTS_BOTH, **dict.fromkeys(CRAFTED, NOISE),
+    "mechanism/gaussian-classic": PLANTS_BOTH, **dict.fromkeys(CRAFTED_PEELING, NOISE),
+    "ld-dp-em/rmc/one-step": PLANTS_BOTH,
     "ld-dp-em/gmm": NOISE, "ld-dp-em/mor": NOISE,
     "ld-dp-em/rmc": NOISE, "dp-gem/gmm": PLANTS_BOTH, "clipped-gem/gmm": PLANTS_BOTH,
     "dp-gem/mor": PLANTS_BOTH, "clipped-gem/mor": PLANTS_BOTH, "dp-2s-gd/paper": PLANTS_BOTH,
@@ -378,7 +398,7 @@ CAUGHT = {
 
 # the table's rows at other trial counts than 4000 (docs/audits.md)
 TABLE_TRIALS = {"hd-dp-em/gmm/one-step": 16000, "alg5-noisy-iht/logistic/one-step": 16000,
-                "hd-dp-em/rmc/one-step": 64000}
+                "hd-dp-em/rmc/one-step": 64000, "ld-dp-em/rmc/one-step": 16000}
 
 
 @pytest.mark.slow
