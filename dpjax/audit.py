@@ -1217,7 +1217,8 @@ def mechanism_cases(n: int = 10) -> list[CanaryCase]:
 
 #: The names of :func:`crafted_cases`.
 CRAFTED_CASES = ("hd-dp-em/gmm/one-step", "hd-dp-em/rmc/one-step",
-                 "alg5-noisy-iht/logistic/one-step", "ld-dp-em/rmc/one-step")
+                 "alg5-noisy-iht/logistic/one-step", "ld-dp-em/rmc/one-step",
+                 "alg1-noisy-gd/logistic/one-step")
 
 
 @functools.cache
@@ -1228,8 +1229,8 @@ def _crafted_cases() -> tuple[CanaryCase, ...]:
 def crafted_cases() -> list[CanaryCase]:
     """One-step canary cases of registered estimators on crafted data: the peeling estimators,
     where the canary moves every coordinate's score as in the core ``mechanism/noisy-ht``
-    case, and the low-dimensional DP-EM of the RMC model, where it moves every coordinate by
-    0.83 of the declared sensitivity.
+    case, and two Gaussian releases (the low-dimensional DP-EM of the RMC model and Algorithm
+    1), where the pair moves almost every coordinate by (almost) the whole sensitivity.
 
     The registry examples audit ``hd-dp-em/*`` and ``alg5-noisy-iht/logistic`` through the
     trajectory statistic on simulated data, where the signal fixes the selection and the
@@ -1272,6 +1273,15 @@ def crafted_cases() -> list[CanaryCase]:
       19 of 20 coordinates by 0.83 of ``lambda``: 0.81 of the declared l2 sensitivity. A
       halved sensitivity is then a violation (``2 x 0.81 > 1``); the claim is the GDP curve of
       the release at :data:`AUDIT_DELTA`, the statistic the projection on the difference.
+    * ``alg1-noisy-gd/logistic/one-step``: Algorithm 1 (paper calibration) with ``T = 1`` at
+      epsilon 2 (the printed ``B`` is twice the true sensitivity: the events give 1), ``R =
+      1``, ``eta = 1``, d = 20, start ``100 e_1``, one record with ``y = -1``: the canary
+      ``x = (1, 1, -1, ..., -1)`` against ``(-1, 1, 1, ..., 1)`` (on the l2 ball of radius
+      ``sqrt(d)``, unclipped); the link is 1 for both, each residual 2, so the pair moves 19
+      of 20 coordinates by the true ``2 (R + c1) sigma_x / n``: a reach of ``sqrt(19/20)``.
+      (The registry example, T = 5 steps at ``(eps/5, delta/5)`` with ``log(2T/delta)``,
+      leaves both plants within the calibration's slack at the audited delta; one step does
+      not.)
 
     ``hd-dp-em/mor`` has no such case: for the corrected gradient the record term
     ``Pi(x) (c Pi(y) - Pi(x^T beta))`` lies in ``[-T^2, T^2]^d`` (``c Pi(y)`` has the sign of
@@ -1328,6 +1338,12 @@ def crafted_cases() -> list[CanaryCase]:
             dp_glm.GLMHyperparams(*f32(2.0, 1e-3, 1.0, 1.0, 1.0 / math.log(2e3))),
             np.r_[0.0, b, np.zeros(d - 2)],
             lambda r: GLMData(*f32(np.stack([r, glm[0]]), [-1.0, -1.0])), glm[1], glm[2]),
+        "alg1-noisy-gd/logistic/one-step": (
+            dp_glm.noisy_gd(GLM("logistic"), 1),
+            dp_glm.GLMHyperparams(*f32(2.0, 1e-3, 1.0, 1.0, 1.0 / math.log(2e3))),
+            np.r_[0.0, 100.0, np.zeros(dg - 2)],
+            lambda r: GLMData(*f32(r[None], [-1.0])), np.r_[1.0, 1.0, -np.ones(dg - 2)],
+            np.r_[-1.0, 1.0, np.ones(dg - 2)]),
         "ld-dp-em/rmc/one-step": (
             dp_em.ld_dp_em(RegressionMissingCovariates(1.0), 1),
             dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, T)), np.full(dg, 0.01),
