@@ -1218,7 +1218,8 @@ def mechanism_cases(n: int = 10) -> list[CanaryCase]:
 #: The names of :func:`crafted_cases`.
 CRAFTED_CASES = ("hd-dp-em/gmm/one-step", "hd-dp-em/rmc/one-step",
                  "alg5-noisy-iht/logistic/one-step", "ld-dp-em/rmc/one-step",
-                 "alg1-noisy-gd/logistic/one-step")
+                 "alg1-noisy-gd/logistic/one-step", "ldp-gem/gmm/one-user",
+                 "ldp-gem/mor/one-user", "ldp-gem/rmc/one-user")
 
 
 @functools.cache
@@ -1289,11 +1290,12 @@ def crafted_cases() -> list[CanaryCase]:
     noise x 0.2 a one-step release at ``(1, 1e-3)`` is at most ``0.82``-DP: no violation to
     catch (docs/audits.md).
     """
-    from dpjax.algorithms import dp_em, dp_glm
+    from dpjax.algorithms import dp_em, dp_gem, dp_glm
     from dpjax.base import fit
-    from dpjax.models import GaussianMixture, RegressionMissingCovariates
+    from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
     from dpjax.models.glm import GLM, GLMData
     from dpjax.models.gmm import GMMData
+    from dpjax.models.mor import MoRData
     from dpjax.models.rmc import RMCData
 
     d, big = 6, 1e3
@@ -1318,6 +1320,24 @@ def crafted_cases() -> list[CanaryCase]:
     rmc = [(np.array([T, T, T, T, T, T, far]), np.ones(7)),
            (np.array([0, far, far, far, far, far, T]), np.r_[0.0, np.ones(6)]),
            (np.array([far, far, 0, 0, 0, 0, T]), np.r_[1.0, 1.0, np.zeros(4), 1.0])]
+    # ldp-gem, one user in one round: the release is beta0 + eta * (the user's report). The
+    # canary's per-sample gradient is +10^6 in every coordinate but 0, its replacement's -10^6
+    # (GMM and MoR: coordinate 0 at +1 steers the weight to +1 under beta0 = 0.5 e_0; RMC,
+    # fully observed: y = +-10^6 times x = 1)
+    dl = 10
+    flip = np.r_[1.0, -np.ones(dl - 1)]
+    ldp_pairs = {GaussianMixture(0.5): (big**2 * np.ones(dl), big**2 * flip),
+                 MixtureOfRegressions(0.5): ((np.ones(dl), big**2), (flip, big**2)),
+                 RegressionMissingCovariates(1.0): (big**2, -big**2)}
+    ldp_hp = dp_gem.LDPGEMHyperparams(*f32(1.0, 1e-3, 1.0, 2.0, 0.05, np.nan))
+
+    def _one_user(model, rec):
+        if model.name == "gmm":
+            return GMMData(*f32(rec[None]))
+        if model.name == "mor":
+            return MoRData(*f32(rec[0][None], [rec[1]]))
+        return RMCData(*f32(np.ones((1, dl)), np.ones((1, dl)), [rec]))
+
     # ld-dp-em/rmc: one record, coordinate 0 steers (observed at -10^8 in both records)
     dg = 20
     rmc_ld = [(np.r_[far, np.zeros(dg - 1)], np.r_[1.0, np.zeros(dg - 1)]),
@@ -1344,6 +1364,10 @@ def crafted_cases() -> list[CanaryCase]:
             np.r_[0.0, 100.0, np.zeros(dg - 2)],
             lambda r: GLMData(*f32(r[None], [-1.0])), np.r_[1.0, 1.0, -np.ones(dg - 2)],
             np.r_[-1.0, 1.0, np.ones(dg - 2)]),
+        **{f"ldp-gem/{model.name}/one-user": (
+            dp_gem.ldp_gem(model, 1), ldp_hp, np.r_[0.5, np.zeros(dl - 1)],
+            functools.partial(_one_user, model), rec_in, rec_out)
+           for model, (rec_in, rec_out) in ldp_pairs.items()},
         "ld-dp-em/rmc/one-step": (
             dp_em.ld_dp_em(RegressionMissingCovariates(1.0), 1),
             dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, T)), np.full(dg, 0.01),
@@ -1354,9 +1378,11 @@ def crafted_cases() -> list[CanaryCase]:
         data_in, data_out = data(rec_in), data(rec_out)
         beta0 = jnp.asarray(beta0, jnp.float32)
         approx = fit(estimator, jax.random.key(0), data_in, beta0, hp).ledger.approx_dp
-        exact = hp._replace(epsilon=jnp.float32(np.inf))  # the noise-free releases
-        out_in, out_out = (fit(estimator, jax.random.key(0), x, beta0, exact).estimate
-                           for x in (data_in, data_out))
+        # the noise-free releases at the same hyperparameters (the same clipping)
+        with planted_bug("noise-x0"):
+            mech = jax.jit(estimator_mechanism(estimator, hp, beta0, _beta_output))
+            out_in, out_out = (np.asarray(mech(jax.random.key(0), x))
+                               for x in (data_in, data_out))
         events = probe_events(estimator, data_in, beta0, hp)
         mu = _gdp_mu(events, disjoint=True)
         if mu is None:

@@ -217,20 +217,28 @@ CRAFTED_GAUSSIAN = {
     "ld-dp-em/rmc/one-step": (math.sqrt(19 / 20) * (5 - 0.01) / (6 + 0.01), 16000),
     # 19 of 20 coordinates at the true sensitivity
     "alg1-noisy-gd/logistic/one-step": (math.sqrt(19 / 20), 4000),
+    # one user: the smoothed score saturates at about 0.87 of psi_bound(s) (at least 0.8
+    # asserted), in 9 of 10 coordinates (gmm, mor: coordinate 0 steers) or all 10 (rmc)
+    **dict.fromkeys(["ldp-gem/gmm/one-user", "ldp-gem/mor/one-user", "ldp-gem/rmc/one-user"],
+                    (None, 16000)),
 }
 
 
 @pytest.mark.parametrize("name", list(CRAFTED_GAUSSIAN))
 def test_the_crafted_gaussian_cases_catch_a_halved_sensitivity(name, key):
-    """The Gaussian one-step cases on crafted records reach 0.81 (ld-dp-em/rmc) and 0.97
-    (Algorithm 1) of the sensitivity the events record: above 1/2, so the halved sensitivity
-    is a violation on the pair, and the audit catches it; the honest audit stays below the
-    claim (the GDP curve of the release at delta = 0.05)."""
+    """The Gaussian one-step cases on crafted records reach 0.81 (ld-dp-em/rmc), 0.97
+    (Algorithm 1) and 0.83-0.87 (local-DP gradient EM, one user) of the sensitivity the events
+    record: above 1/2, so the halved sensitivity is a violation on the pair, and the audit
+    catches it; the honest audit stays below the claim (the GDP curve of the release at delta
+    = 0.05)."""
     case = _crafted(name)
     expected, trials = CRAFTED_GAUSSIAN[name]
     (ev,) = probe_events(case.estimator, case.data_in, case.params0, case.hparams)
     reach = case.separation / float(ev.scale[0]) / case.gdp_mu
-    assert reach == pytest.approx(expected, rel=1e-3)
+    if expected is None:
+        assert 0.8 <= reach <= 1.0
+    else:
+        assert reach == pytest.approx(expected, rel=1e-3)
     k = jax.random.fold_in(key, 3)
     honest = _audit(case, jax.random.fold_in(k, 0), trials=trials)
     planted = _audit(case, jax.random.fold_in(k, 1), "sensitivity-x0.5", trials=trials)
@@ -326,7 +334,9 @@ FAST_TRIALS_FOR = {"dp-gem/gmm": 500, "dp-gem/mor": 500, "dp-gem/rmc": 500,
                    # one cheap release a trial; its best event lies in a tail (P_D about 1%)
                    "mechanism/noisy-ht": 16000, **dict.fromkeys(CRAFTED, 16000),
                    # its pair attains 0.83 of the declared sensitivity (1.04-1.14 at 64000)
-                   "hd-dp-em/rmc/one-step": 64000, "ld-dp-em/rmc/one-step": 16000}
+                   "hd-dp-em/rmc/one-step": 64000, "ld-dp-em/rmc/one-step": 16000,
+                "ldp-gem/gmm/one-user": 16000, "ldp-gem/mor/one-user": 16000,
+                "ldp-gem/rmc/one-user": 16000}
 
 # Where a planted noise x 0.2 is not caught by the small audit, and why (docs/audits.md has
 # the numbers); for these the test checks the honest run only. Every other estimator must
@@ -345,9 +355,12 @@ FAST_NOISE_NOT_CAUGHT = {
     "both plants are caught in one step on a crafted record (alg1-noisy-gd/logistic/one-step)",
     **{name: "local DP through the central release: the iterate moves by a mean of m users' "
        "reports, about sqrt(m) times more private than one report (the audited separation is "
-       "a few percent of the claimed mu)"
-       for name in ("ldp-gem/gmm", "ldp-gem/rmc", "ldp-nldp", "ldp-nldp/chunked-per-user",
-                    "ldp-public")},
+       "a few percent of the claimed mu); one user in one round (CRAFTED: ldp-gem/*/one-user) "
+       "catches both plants" for name in ("ldp-gem/gmm", "ldp-gem/rmc")},
+    **{name: "local DP through the central release: the estimate is a solve of the mean of m "
+       "users' reports, about sqrt(m) times more private than one report (the audited "
+       "separation is a few percent of the claimed mu)"
+       for name in ("ldp-nldp", "ldp-nldp/chunked-per-user", "ldp-public")},
 }
 
 
@@ -398,6 +411,8 @@ CAUGHT = {
     "mechanism/laplace": PLANTS_BOTH, "mechanism/gaussian-zcdp": PLANTS_BOTH,
     "mechanism/gaussian-classic": PLANTS_BOTH, **dict.fromkeys(CRAFTED_PEELING, NOISE),
     "ld-dp-em/rmc/one-step": PLANTS_BOTH, "alg1-noisy-gd/logistic/one-step": PLANTS_BOTH,
+    "ldp-gem/gmm/one-user": PLANTS_BOTH, "ldp-gem/mor/one-user": PLANTS_BOTH,
+    "ldp-gem/rmc/one-user": PLANTS_BOTH,
     "ld-dp-em/gmm": NOISE, "ld-dp-em/mor": NOISE,
     "ld-dp-em/rmc": NOISE, "dp-gem/gmm": PLANTS_BOTH, "clipped-gem/gmm": PLANTS_BOTH,
     "dp-gem/mor": PLANTS_BOTH, "clipped-gem/mor": PLANTS_BOTH, "dp-2s-gd/paper": PLANTS_BOTH,
@@ -410,7 +425,9 @@ CAUGHT = {
 
 # the table's rows at other trial counts than 4000 (docs/audits.md)
 TABLE_TRIALS = {"hd-dp-em/gmm/one-step": 16000, "alg5-noisy-iht/logistic/one-step": 16000,
-                "hd-dp-em/rmc/one-step": 64000, "ld-dp-em/rmc/one-step": 16000}
+                "hd-dp-em/rmc/one-step": 64000, "ld-dp-em/rmc/one-step": 16000,
+                "ldp-gem/gmm/one-user": 16000, "ldp-gem/mor/one-user": 16000,
+                "ldp-gem/rmc/one-user": 16000}
 
 
 @pytest.mark.slow
