@@ -484,6 +484,7 @@ class CanaryCase(NamedTuple):
     records: tuple = ()  # (canary, replacement): the private rows that differ
     weights: Any = None  # the trajectory statistic's weights, (num_steps, state size)
     plants_apply: bool = True  # False where every release is of a kind no plant reaches
+    output: Any = None  # "final" attack: state -> the release audited (None: state.beta)
 
 
     def epsilon_bound(self, factor: float = 1.0) -> float | None:
@@ -995,7 +996,7 @@ def audit_case(
             mech = trajectory_mechanism(case.estimator, case.hparams, case.params0)
         else:
             mech = estimator_mechanism(case.estimator, case.hparams, case.params0,
-                                       _beta_output)
+                                       case.output or _beta_output)
         return audit(mech, key, case.data_in, case.data_out, case.statistic,
                      num_trials=num_trials, delta=case.delta, confidence=confidence,
                      batch_size=batch_size)
@@ -1219,7 +1220,13 @@ def mechanism_cases(n: int = 10) -> list[CanaryCase]:
 CRAFTED_CASES = ("hd-dp-em/gmm/one-step", "hd-dp-em/rmc/one-step",
                  "alg5-noisy-iht/logistic/one-step", "ld-dp-em/rmc/one-step",
                  "alg1-noisy-gd/logistic/one-step", "ldp-gem/gmm/one-user",
-                 "ldp-gem/mor/one-user", "ldp-gem/rmc/one-user")
+                 "ldp-gem/mor/one-user", "ldp-gem/rmc/one-user", "ldp-nldp/one-user",
+                 "ldp-nldp/per-user/one-user", "ldp-public/one-user")
+
+
+def _reports(state: PyTree) -> jax.Array:
+    """The two reports an ``ldp-nldp`` state holds (its running means), flattened."""
+    return jnp.concatenate([state.sxx.ravel(), state.sxy])
 
 
 @functools.cache
@@ -1290,7 +1297,7 @@ def crafted_cases() -> list[CanaryCase]:
     noise x 0.2 a one-step release at ``(1, 1e-3)`` is at most ``0.82``-DP: no violation to
     catch (docs/audits.md).
     """
-    from dpjax.algorithms import dp_em, dp_gem, dp_glm
+    from dpjax.algorithms import dp_em, dp_gem, dp_glm, ldp_sparse
     from dpjax.base import fit
     from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
     from dpjax.models.glm import GLM, GLMData
@@ -1338,6 +1345,17 @@ def crafted_cases() -> list[CanaryCase]:
             return MoRData(*f32(rec[0][None], [rec[1]]))
         return RMCData(*f32(np.ones((1, dl)), np.ones((1, dl)), [rec]))
 
+    # the sparse LDP regressions, one user: x = 10^3 (1, 1, 1, 1) against its negation, y =
+    # 10^3 (both shrink to the corners: the cross term x_bar y_bar moves by its whole range,
+    # the outer product x~ x~^T not at all). ldp-nldp's state holds the two reports (the
+    # estimate solves with the noisy covariance); ldp-public with the public covariance I and
+    # lambda = 0 releases the cross report as its estimate.
+    d_lr = 4
+    x_lr = [big * np.ones(d_lr), -big * np.ones(d_lr)]
+    nldp_hp = ldp_sparse.NLDPHyperparams(*f32(2.0, 1e-3, 3.0, 2.0, 2.0, 0.05))
+    public_hp = ldp_sparse.PublicHyperparams(*f32(1.0, 1e-3, 2.0, 2.0, 0.0))
+    x_pub = math.sqrt(d_lr) * np.eye(d_lr)  # x_pub^T x_pub / d = I
+
     # ld-dp-em/rmc: one record, coordinate 0 steers (observed at -10^8 in both records)
     dg = 20
     rmc_ld = [(np.r_[far, np.zeros(dg - 1)], np.r_[1.0, np.zeros(dg - 1)]),
@@ -1368,19 +1386,26 @@ def crafted_cases() -> list[CanaryCase]:
             dp_gem.ldp_gem(model, 1), ldp_hp, np.r_[0.5, np.zeros(dl - 1)],
             functools.partial(_one_user, model), rec_in, rec_out)
            for model, (rec_in, rec_out) in ldp_pairs.items()},
+        **{name: (est, nldp_hp, np.zeros(d_lr),
+                  lambda r: (*f32(r[None], [big]),), x_lr[0], x_lr[1], _reports)
+           for name, est in (("ldp-nldp/one-user", ldp_sparse.nldp()),
+                             ("ldp-nldp/per-user/one-user", ldp_sparse.nldp(per_user=True)))},
+        "ldp-public/one-user": (ldp_sparse.nldp_public(), public_hp, np.zeros(d_lr),
+                                lambda r: (*f32(r[None], [big], x_pub),), x_lr[0], x_lr[1]),
         "ld-dp-em/rmc/one-step": (
             dp_em.ld_dp_em(RegressionMissingCovariates(1.0), 1),
             dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, T)), np.full(dg, 0.01),
             lambda r: RMCData(*f32(r[0][None], r[1][None], [1e3])), rmc_ld[0], rmc_ld[1]),
     }
     cases = []
-    for name, (estimator, hp, beta0, data, rec_in, rec_out) in setups.items():
+    for name, (estimator, hp, beta0, data, rec_in, rec_out, *output) in setups.items():
+        output = output[0] if output else None
         data_in, data_out = data(rec_in), data(rec_out)
         beta0 = jnp.asarray(beta0, jnp.float32)
         approx = fit(estimator, jax.random.key(0), data_in, beta0, hp).ledger.approx_dp
         # the noise-free releases at the same hyperparameters (the same clipping)
         with planted_bug("noise-x0"):
-            mech = jax.jit(estimator_mechanism(estimator, hp, beta0, _beta_output))
+            mech = jax.jit(estimator_mechanism(estimator, hp, beta0, output or _beta_output))
             out_in, out_out = (np.asarray(mech(jax.random.key(0), x))
                                for x in (data_in, data_out))
         events = probe_events(estimator, data_in, beta0, hp)
@@ -1401,7 +1426,7 @@ def crafted_cases() -> list[CanaryCase]:
                                     flat_statistic(out_in - out_out, out_out),
                                     float(gaussian_epsilon(mu, AUDIT_DELTA)), AUDIT_DELTA,
                                     float(np.linalg.norm(out_in - out_out)), gdp_mu=mu,
-                                    claim_kind="gdp-curve"))
+                                    claim_kind="gdp-curve", output=output))
     return cases
 
 

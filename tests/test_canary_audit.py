@@ -221,19 +221,26 @@ CRAFTED_GAUSSIAN = {
     # asserted), in 9 of 10 coordinates (gmm, mor: coordinate 0 steers) or all 10 (rmc)
     **dict.fromkeys(["ldp-gem/gmm/one-user", "ldp-gem/mor/one-user", "ldp-gem/rmc/one-user"],
                     (None, 16000)),
+    # one user, x against -x: the cross report moves by its whole range, the covariance
+    # report (the same mu) not at all
+    "ldp-nldp/one-user": (math.sqrt(0.5), 16000),
+    "ldp-nldp/per-user/one-user": (math.sqrt(0.5), 16000),
+    "ldp-public/one-user": (1.0, 4000),
 }
 
 
 @pytest.mark.parametrize("name", list(CRAFTED_GAUSSIAN))
 def test_the_crafted_gaussian_cases_catch_a_halved_sensitivity(name, key):
     """The Gaussian one-step cases on crafted records reach 0.81 (ld-dp-em/rmc), 0.97
-    (Algorithm 1) and 0.83-0.87 (local-DP gradient EM, one user) of the sensitivity the events
-    record: above 1/2, so the halved sensitivity is a violation on the pair, and the audit
+    (Algorithm 1), 0.83-0.87 (local-DP gradient EM, one user), 0.71 (LDP sparse regression
+    with its two reports, one user) and 1 (with the public covariance) of the sensitivity the
+    events record: above 1/2, so the halved sensitivity is a violation on the pair, and the audit
     catches it; the honest audit stays below the claim (the GDP curve of the release at delta
     = 0.05)."""
     case = _crafted(name)
     expected, trials = CRAFTED_GAUSSIAN[name]
-    (ev,) = probe_events(case.estimator, case.data_in, case.params0, case.hparams)
+    # the pair differs in the last release of the step only (ldp-nldp: the cross report)
+    ev = probe_events(case.estimator, case.data_in, case.params0, case.hparams)[-1]
     reach = case.separation / float(ev.scale[0]) / case.gdp_mu
     if expected is None:
         assert 0.8 <= reach <= 1.0
@@ -336,7 +343,8 @@ FAST_TRIALS_FOR = {"dp-gem/gmm": 500, "dp-gem/mor": 500, "dp-gem/rmc": 500,
                    # its pair attains 0.83 of the declared sensitivity (1.04-1.14 at 64000)
                    "hd-dp-em/rmc/one-step": 64000, "ld-dp-em/rmc/one-step": 16000,
                 "ldp-gem/gmm/one-user": 16000, "ldp-gem/mor/one-user": 16000,
-                "ldp-gem/rmc/one-user": 16000}
+                "ldp-gem/rmc/one-user": 16000, "ldp-nldp/one-user": 16000,
+                "ldp-nldp/per-user/one-user": 16000, "ldp-public/one-user": 16000}
 
 # Where a planted noise x 0.2 is not caught by the small audit, and why (docs/audits.md has
 # the numbers); for these the test checks the honest run only. Every other estimator must
@@ -359,7 +367,8 @@ FAST_NOISE_NOT_CAUGHT = {
        "catches both plants" for name in ("ldp-gem/gmm", "ldp-gem/rmc")},
     **{name: "local DP through the central release: the estimate is a solve of the mean of m "
        "users' reports, about sqrt(m) times more private than one report (the audited "
-       "separation is a few percent of the claimed mu)"
+       "separation is a few percent of the claimed mu); one user's reports (CRAFTED: "
+       "ldp-nldp/*one-user, ldp-public/one-user) catch both plants"
        for name in ("ldp-nldp", "ldp-nldp/chunked-per-user", "ldp-public")},
 }
 
@@ -412,7 +421,8 @@ CAUGHT = {
     "mechanism/gaussian-classic": PLANTS_BOTH, **dict.fromkeys(CRAFTED_PEELING, NOISE),
     "ld-dp-em/rmc/one-step": PLANTS_BOTH, "alg1-noisy-gd/logistic/one-step": PLANTS_BOTH,
     "ldp-gem/gmm/one-user": PLANTS_BOTH, "ldp-gem/mor/one-user": PLANTS_BOTH,
-    "ldp-gem/rmc/one-user": PLANTS_BOTH,
+    "ldp-gem/rmc/one-user": PLANTS_BOTH, "ldp-nldp/one-user": PLANTS_BOTH,
+    "ldp-nldp/per-user/one-user": PLANTS_BOTH, "ldp-public/one-user": PLANTS_BOTH,
     "ld-dp-em/gmm": NOISE, "ld-dp-em/mor": NOISE,
     "ld-dp-em/rmc": NOISE, "dp-gem/gmm": PLANTS_BOTH, "clipped-gem/gmm": PLANTS_BOTH,
     "dp-gem/mor": PLANTS_BOTH, "clipped-gem/mor": PLANTS_BOTH, "dp-2s-gd/paper": PLANTS_BOTH,
@@ -427,7 +437,8 @@ CAUGHT = {
 TABLE_TRIALS = {"hd-dp-em/gmm/one-step": 16000, "alg5-noisy-iht/logistic/one-step": 16000,
                 "hd-dp-em/rmc/one-step": 64000, "ld-dp-em/rmc/one-step": 16000,
                 "ldp-gem/gmm/one-user": 16000, "ldp-gem/mor/one-user": 16000,
-                "ldp-gem/rmc/one-user": 16000}
+                "ldp-gem/rmc/one-user": 16000, "ldp-nldp/one-user": 16000,
+                "ldp-nldp/per-user/one-user": 16000, "ldp-public/one-user": 16000}
 
 
 @pytest.mark.slow
