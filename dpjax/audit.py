@@ -342,29 +342,42 @@ def glm_score_statistic(
 
 __all__ += ["AUDIT_DELTA", "AUDIT_LEVELS", "mechanism_cases", "registry_cases",
             "trajectory_mechanism", "trajectory_statistic", "wang_xu_radius_cases",
-            "UNPLANTED_KINDS",
+            "UNPLANTED_KINDS", "plants_reaching", "crafted_case", "crafted_cases",
+            "CRAFTED_CASES",
             "CanaryCase", "CanaryRow", "PLANTS", "audit_case", "canary_case", "canary_table",
             "flat_statistic", "planted_bug", "scaled_noise", "format_table"]
 
 #: The planted bugs: ``"noise-x0.2"`` draws 0.2 times the calibrated noise (the events, and so
-#: the ledger, still record the honest scale); ``"sensitivity-x0.5"`` calibrates every release
-#: from half the statistic's declared sensitivity (the events record the halved scale). They
-#: reach every Laplace, Gaussian and peeling release, central or local (the Gaussian reports of
+#: the ledger, still record the honest scale) and runs every randomized-response coin at
+#: ``epsilon / 0.2`` (the l2-ball randomizer of local DP, whose randomness is a coin, not a
+#: noise scale); ``"sensitivity-x0.5"`` calibrates every release from half the statistic's
+#: declared sensitivity (the events record the halved scale). They reach every Laplace,
+#: Gaussian and peeling release, central or local (the reports of
 #: :mod:`dpjax.local_randomizers` calibrate and draw through :mod:`dpjax.mechanisms`).
 PLANTS = ("noise-x0.2", "sensitivity-x0.5")
 
-#: Release kinds no plant reaches, with the reason: the l2-ball randomizer's guarantee comes
-#: from a randomised choice of hemisphere with probabilities e^eps/(e^eps+1) and 1/(e^eps+1),
-#: not from a noise scale or a sensitivity (its output norm is a fixed function of the radius
-#: and scaling it is post-processing; its radius only moves the projection of the input, and
-#: the report is eps-LDP for every radius). Audits of such runs report the honest bound only.
-UNPLANTED_KINDS = {"ldp-randomizer": "the l2-ball randomizer has no noise scale or "
-                   "sensitivity calibration for a plant to change (eps-LDP for every radius)"}
+#: Plants that do not reach a release kind, with the reason: the l2-ball randomizer is eps-LDP
+#: for every radius (its radius, the declared range, only sets the output norm that keeps the
+#: report unbiased; a smaller radius shrinks the input onto the ball), so there is no
+#: sensitivity calibration for ``"sensitivity-x0.5"`` to halve. Audits of such runs report "n/a"
+#: in that column.
+UNPLANTED_KINDS = {"ldp-randomizer": {
+    "sensitivity-x0.5": "the l2-ball randomizer is eps-LDP for every radius: no sensitivity "
+                        "calibration to halve"}}
+
+
+def plants_reaching(kinds: set[str]) -> tuple[str, ...]:
+    """The plants of :data:`PLANTS` that reach at least one release of the given kinds."""
+    if not kinds:
+        return PLANTS
+    return tuple(p for p in PLANTS
+                 if any(p not in UNPLANTED_KINDS.get(kind, {}) for kind in kinds))
 
 # The calibration functions of dpjax.mechanisms whose first argument is the sensitivity.
 _SCALE_FUNCTIONS = ("laplace_scale", "gaussian_sigma_classic", "gaussian_sigma_zcdp",
                     "peeling_scale")
 _NOISE_FUNCTIONS = ("laplace_noise", "gaussian_noise")
+_COIN_FUNCTIONS = ("response_probability",)
 
 
 @contextlib.contextmanager
@@ -372,12 +385,13 @@ def planted_bug(kind: str | None):
     """Temporarily plant an under-noising bug in :mod:`dpjax.mechanisms` (no file is edited).
 
     Every Laplace, Gaussian, zCDP-Gaussian and peeling release of every estimator, and every
-    Gaussian report of :mod:`dpjax.local_randomizers`, goes through the noise draws and
-    calibrations of :mod:`dpjax.mechanisms`, looked up at trace time, so a function traced
-    inside this context (a fresh ``jit``, as :func:`audit` makes) carries the bug and one traced
-    outside it does not. ``kind``: one of :data:`PLANTS`, or ``None`` (no bug). Not
-    thread-safe; for audits and tests only. (The l2-ball randomizer of local DP has no noise
-    scale and no sensitivity calibration: no plant reaches it, see :data:`PLANTS`.)
+    report of :mod:`dpjax.local_randomizers`, goes through the noise draws, calibrations and
+    randomized-response coin of :mod:`dpjax.mechanisms`, looked up at trace time, so a function
+    traced inside this context (a fresh ``jit``, as :func:`audit` makes) carries the bug and
+    one traced outside it does not. ``kind``: one of :data:`PLANTS`, or ``None`` (no bug). Not
+    thread-safe; for audits and tests only. (The l2-ball randomizer of local DP has no
+    sensitivity calibration: ``"sensitivity-x0.5"`` does not reach it, see
+    :data:`UNPLANTED_KINDS`.)
     """
     if kind is None:
         yield
@@ -400,13 +414,18 @@ def scaled_noise(noise: Any = None, sensitivity: Any = None):
 
     The factors may be traced values (so one compiled function serves the honest run, factors
     1, and the planted ones): :func:`planted_bug` with fixed factors is this context."""
-    saved = {name: getattr(mechanisms, name) for name in _SCALE_FUNCTIONS + _NOISE_FUNCTIONS}
+    saved = {name: getattr(mechanisms, name)
+             for name in _SCALE_FUNCTIONS + _NOISE_FUNCTIONS + _COIN_FUNCTIONS}
     try:
         if noise is not None:
             for name in _NOISE_FUNCTIONS:
                 def draw(key, shape, scale, dtype=jnp.float32, _f=saved[name]):
                     return _f(key, shape, noise * jnp.asarray(scale, dtype), dtype)
                 setattr(mechanisms, name, draw)
+
+            def coin(epsilon, _f=saved["response_probability"]):  # noise x f <=> eps / f
+                return _f(jnp.asarray(epsilon) / noise)
+            mechanisms.response_probability = coin
         if sensitivity is not None:
             for name in _SCALE_FUNCTIONS:
                 def calibrate(sens, *budget, _f=saved[name], **kw):
@@ -483,7 +502,7 @@ class CanaryCase(NamedTuple):
     engine: Any = None  # the compiled trajectory audit (_Trajectories) that built the case
     records: tuple = ()  # (canary, replacement): the private rows that differ
     weights: Any = None  # the trajectory statistic's weights, (num_steps, state size)
-    plants_apply: bool = True  # False where every release is of a kind no plant reaches
+    plants: tuple = PLANTS  # the plants that reach its releases (plants_reaching)
     output: Any = None  # "final" attack: state -> the release audited (None: state.beta)
 
 
@@ -948,7 +967,7 @@ def canary_case(
     is_event = lambda x: isinstance(x, mechanisms.PrivacyEvent)  # noqa: E731
     kinds = {e.kind for e in jax.tree_util.tree_leaves(events, is_leaf=is_event)
              if is_event(e)}
-    plants_apply = not (kinds and kinds <= set(UNPLANTED_KINDS))
+    plants = plants_reaching(kinds)
     if claim == "curve" and delta is not None and mu is not None and _same_mu(
             pilot_events, mu, disjoint):
         from dpjax.accounting import gaussian_epsilon
@@ -958,7 +977,7 @@ def canary_case(
     return CanaryCase(entry.name, estimator, hp, example.params0, data_in, data_out, index,
                       statistic, claim_eps, claim_delta,
                       float(np.linalg.norm(out_in - out_out)), mu, None, attack, claim_kind,
-                      engine, (rec_in, rec_out), weights, plants_apply)
+                      engine, (rec_in, rec_out), weights, plants)
 
 
 def _same_mu(pilot_events: PyTree, mu: float, disjoint: bool) -> bool:
@@ -1025,7 +1044,7 @@ class CanaryRow(NamedTuple):
     claim_epsilon: float
     delta: float
     honest: AuditResult
-    noise_x02: AuditResult | None  # None where no plant reaches the releases
+    noise_x02: AuditResult | None  # None where the plant reaches no release
     sensitivity_x05: AuditResult | None
     num_trials: int
     bounds: tuple = (None, None, None)  # CanaryCase.epsilon_bound at factors 1, 0.2, 0.5
@@ -1045,7 +1064,7 @@ def canary_table(
         m = num_trials[c.name] if isinstance(num_trials, dict) else num_trials
         k = jax.random.fold_in(key, zlib.crc32(c.name.encode()))
         res = [audit_case(c, jax.random.fold_in(k, i), plant=p, num_trials=m)
-               if p is None or c.plants_apply else None
+               if p is None or p in c.plants else None
                for i, p in enumerate((None,) + PLANTS)]
         bounds = tuple(c.epsilon_bound(f) for f in (1.0, 0.2, 0.5))
         reach = (c.separation / c.gdp_mu if c.attack == "trajectory" and c.gdp_mu
@@ -1059,7 +1078,7 @@ def format_table(rows: list[CanaryRow]) -> str:
     """The markdown table of :func:`canary_table` (lower bounds at 95% confidence)."""
     def cell(res: AuditResult | None, claim: float, bound: float | None) -> str:
         if res is None:
-            return "n/a (no plant reaches it)"
+            return "n/a (the plant reaches no release)"
         out = f"{res.epsilon_lower:.2f}" + (" **caught**" if res.violates(claim) else "")
         return out + ("" if bound is None else f" (≤ {bound:.3g})")
 
@@ -1119,8 +1138,8 @@ def main(argv: list[str] | None = None) -> int:
         # (name, build, trials): each case built and audited in turn (rows print as they
         # come); the Wang & Xu release is audited at delta = 1e-5, which needs 10^5 trials
         todo = [(c.name, lambda c=c: c, args.trials) for c in mechanism_cases()]
-        todo += [(name, lambda name=name: next(c for c in _crafted_cases() if c.name == name),
-                  args.trials) for name in CRAFTED_CASES]
+        todo += [(name, lambda name=name: crafted_case(name), args.trials)
+                 for name in CRAFTED_CASES]
         todo += [(c.name, lambda c=c: c, max(args.trials, 100_000))
                  for c in wang_xu_radius_cases()]
         todo += [(e.name, lambda name=e.name: registry_cases([name])[0], args.trials)
@@ -1221,17 +1240,12 @@ CRAFTED_CASES = ("hd-dp-em/gmm/one-step", "hd-dp-em/rmc/one-step",
                  "alg5-noisy-iht/logistic/one-step", "ld-dp-em/rmc/one-step",
                  "alg1-noisy-gd/logistic/one-step", "ldp-gem/gmm/one-user",
                  "ldp-gem/mor/one-user", "ldp-gem/rmc/one-user", "ldp-nldp/one-user",
-                 "ldp-nldp/per-user/one-user", "ldp-public/one-user")
+                 "ldp-nldp/per-user/one-user", "ldp-public/one-user", "ldp-iht/one-user")
 
 
 def _reports(state: PyTree) -> jax.Array:
     """The two reports an ``ldp-nldp`` state holds (its running means), flattened."""
     return jnp.concatenate([state.sxx.ravel(), state.sxy])
-
-
-@functools.cache
-def _crafted_cases() -> tuple[CanaryCase, ...]:
-    return tuple(crafted_cases())
 
 
 def crafted_cases() -> list[CanaryCase]:
@@ -1297,8 +1311,14 @@ def crafted_cases() -> list[CanaryCase]:
     noise x 0.2 a one-step release at ``(1, 1e-3)`` is at most ``0.82``-DP: no violation to
     catch (docs/audits.md).
     """
+    return [crafted_case(name) for name in CRAFTED_CASES]
+
+
+@functools.cache
+def _crafted_setups() -> dict[str, tuple]:
+    """``name -> (estimator, hparams, start, data(record), canary, replacement[, output[,
+    direction]])`` of :func:`crafted_cases` (nothing compiled here)."""
     from dpjax.algorithms import dp_em, dp_gem, dp_glm, ldp_sparse
-    from dpjax.base import fit
     from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
     from dpjax.models.glm import GLM, GLMData
     from dpjax.models.gmm import GMMData
@@ -1360,7 +1380,7 @@ def crafted_cases() -> list[CanaryCase]:
     dg = 20
     rmc_ld = [(np.r_[far, np.zeros(dg - 1)], np.r_[1.0, np.zeros(dg - 1)]),
               (np.full(dg, far), np.ones(dg))]
-    setups = {
+    setups: dict[str, tuple] = {
         "hd-dp-em/gmm/one-step": (
             dp_em.hd_dp_em(GaussianMixture(0.5), 1, 1),
             dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, 1.0)), np.r_[0.1, 0.1, np.zeros(d - 2)],
@@ -1397,37 +1417,65 @@ def crafted_cases() -> list[CanaryCase]:
             dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, T)), np.full(dg, 0.01),
             lambda r: RMCData(*f32(r[0][None], r[1][None], [1e3])), rmc_ld[0], rmc_ld[1]),
     }
-    cases = []
-    for name, (estimator, hp, beta0, data, rec_in, rec_out, *output) in setups.items():
-        output = output[0] if output else None
-        data_in, data_out = data(rec_in), data(rec_out)
-        beta0 = jnp.asarray(beta0, jnp.float32)
-        approx = fit(estimator, jax.random.key(0), data_in, beta0, hp).ledger.approx_dp
-        # the noise-free releases at the same hyperparameters (the same clipping)
-        with planted_bug("noise-x0"):
-            mech = jax.jit(estimator_mechanism(estimator, hp, beta0, output or _beta_output))
-            out_in, out_out = (np.asarray(mech(jax.random.key(0), x))
-                               for x in (data_in, data_out))
-        events = probe_events(estimator, data_in, beta0, hp)
-        mu = _gdp_mu(events, disjoint=True)
-        if mu is None:
-            # the pure-DP bound of one peeling release: s rounds of report-noisy-max (2 Delta
-            # / b each) and s Laplace values (Delta / b each), Delta the true sensitivity
-            (ev,) = events
-            pure = 3 * ev.s * float(ev.true_sensitivity[0]) / float(ev.scale[0])
-            cases.append(CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,
-                                    flat_statistic(out_in, np.zeros(beta0.shape)),
-                                    float(approx.epsilon), float(approx.delta),
-                                    float(np.abs(out_in - out_out).max()), pure_epsilon=pure))
-        else:  # a Gaussian release: the claim is its GDP curve at AUDIT_DELTA
-            from dpjax.accounting import gaussian_epsilon
+    # LDP-IHT, one user in one round: the l2-ball randomizer keeps the true hemisphere with
+    # probability e^eps/(e^eps+1). With theta0 = 0 the gradient is -x_bar y_bar: y = +-10^3
+    # at x = 10^3 (1, 1, 1, 1) gives +-tau1 tau2 (1, 1, 1, 1), norm 2 tau1 tau2, 2/3 of the
+    # radius 2 tau1 (theta_norm sqrt(k') tau1 + tau2) for tau1 = 0.25, tau2 = 1 (the sign draw
+    # b is +1 with probability 5/6); k' = d = 4 (no truncation), so the release is the report
+    # scaled onto the unit ball, and its projection on (1, 1, 1, 1) has the sign of the
+    # hemisphere (times b): the event's log-ratio is 0.64 honest, 1.57 with noise x 0.2 (the
+    # coin at 5 eps), against the claim eps = 1 (pure, from the ledger). Its noise-free
+    # release is not defined (the direction is drawn even at noise x 0): the statistic is
+    # given.
+    setups["ldp-iht/one-user"] = (
+        ldp_sparse.ldp_iht(1, d_lr), ldp_sparse.IHTHyperparams(*f32(1.0, 0.25, 1.0, 1.0)),
+        np.zeros(d_lr), lambda y: (*f32(big * np.ones((1, d_lr)), [y]),), big, -big, None,
+        np.ones(d_lr))
+    return setups
 
-            cases.append(CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,
-                                    flat_statistic(out_in - out_out, out_out),
-                                    float(gaussian_epsilon(mu, AUDIT_DELTA)), AUDIT_DELTA,
-                                    float(np.linalg.norm(out_in - out_out)), gdp_mu=mu,
-                                    claim_kind="gdp-curve", output=output))
-    return cases
+
+@functools.cache
+def crafted_case(name: str) -> CanaryCase:
+    """The case ``name`` of :func:`crafted_cases` (built on first use: each runs its
+    estimator a few times)."""
+    from dpjax.accounting import gaussian_epsilon
+    from dpjax.base import fit
+
+    setups = _crafted_setups()
+    if name not in setups:
+        raise ValueError(f"name must be one of {sorted(setups)}; got {name!r}")
+    estimator, hp, beta0, data, rec_in, rec_out, *rest = setups[name]
+    output, direction = (list(rest) + [None, None])[:2]
+    data_in, data_out = data(rec_in), data(rec_out)
+    beta0 = jnp.asarray(beta0, jnp.float32)
+    approx = fit(estimator, jax.random.key(0), data_in, beta0, hp).ledger.approx_dp
+    events = probe_events(estimator, data_in, beta0, hp)
+    kinds = {e.kind for e in events}
+    if direction is not None:  # a coin-based randomizer: pure eps, the statistic given
+        return CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,
+                          flat_statistic(direction, np.zeros(beta0.shape)),
+                          float(approx.epsilon), float(approx.delta), 1.0,
+                          pure_epsilon=float(approx.epsilon), plants=plants_reaching(kinds))
+    # the noise-free releases at the same hyperparameters (the same clipping)
+    with planted_bug("noise-x0"):
+        mech = jax.jit(estimator_mechanism(estimator, hp, beta0, output or _beta_output))
+        out_in, out_out = (np.asarray(mech(jax.random.key(0), x)) for x in (data_in, data_out))
+    mu = _gdp_mu(events, disjoint=True)
+    if mu is None:
+        # the pure-DP bound of one peeling release: s rounds of report-noisy-max (2 Delta / b
+        # each) and s Laplace values (Delta / b each), Delta the true sensitivity
+        (ev,) = events
+        pure = 3 * ev.s * float(ev.true_sensitivity[0]) / float(ev.scale[0])
+        return CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,
+                          flat_statistic(out_in, np.zeros(beta0.shape)), float(approx.epsilon),
+                          float(approx.delta), float(np.abs(out_in - out_out).max()),
+                          pure_epsilon=pure)
+    # a Gaussian release: the claim is its GDP curve at AUDIT_DELTA
+    return CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,
+                      flat_statistic(out_in - out_out, out_out),
+                      float(gaussian_epsilon(mu, AUDIT_DELTA)), AUDIT_DELTA,
+                      float(np.linalg.norm(out_in - out_out)), gdp_mu=mu,
+                      claim_kind="gdp-curve", output=output)
 
 
 def wang_xu_radius_cases(epsilon: float = 1.0, delta: float = 1e-5) -> list[CanaryCase]:

@@ -599,7 +599,7 @@ def l2_ball_randomizer(
     direction = jnp.where(nonzero, x / jnp.where(nonzero, norm, 1), e1)
     p_plus = 0.5 + norm / (2 * r)
     b = jnp.where(jax.random.bernoulli(key_sign, p_plus), 1, -1).astype(dtype)
-    s = jax.random.bernoulli(key_side, jax.nn.sigmoid(eps))  # P(s=1) = e^eps/(e^eps+1)
+    s = jax.random.bernoulli(key_side, _mechanisms.response_probability(eps))  # e^eps/(e^eps+1)
     g = _cpu_prng.normal(key_direction, (dim,), dtype)  # same values, faster
     u = g / jnp.maximum(jnp.sqrt(jnp.sum(jnp.square(g))), jnp.finfo(dtype).tiny)
     side = b * jnp.dot(u, direction)  # <u, v>

@@ -488,6 +488,14 @@ def gaussian_noise(key: jax.Array, shape: tuple[int, ...], sigma: Any, dtype=jnp
     return _cpu_prng.normal(key, shape, dtype=dtype) * jnp.asarray(sigma, dtype=dtype)
 
 
+def response_probability(epsilon: Any) -> jax.Array:
+    """``e^eps / (e^eps + 1)``: the probability that an eps-DP randomized response keeps the
+    true side (the hemisphere coin of :func:`dpjax.local_randomizers.l2_ball_randomizer`). The
+    one place it is computed, so that an audit's planted under-noising reaches it too
+    (:func:`dpjax.audit.scaled_noise` runs it at ``epsilon / factor``)."""
+    return jax.nn.sigmoid(jnp.asarray(epsilon))
+
+
 def _require_norm(stat: BoundedStatistic, norm: str, mechanism: str) -> None:
     if not isinstance(stat, BoundedStatistic):
         raise TypeError(
@@ -757,7 +765,7 @@ def local_mechanism(key: jax.Array, stat: BoundedStatistic, mechanism, *budget: 
 # issue 5 (DP GLMs, spec 003)
 # --------------------------------------------------------------------------------------------
 
-__all__ += ["with_sensitivity_margin"]
+__all__ += ["response_probability", "with_sensitivity_margin"]
 
 
 def with_sensitivity_margin(stat: BoundedStatistic, margin: Any) -> BoundedStatistic:
