@@ -343,7 +343,7 @@ def glm_score_statistic(
 __all__ += ["AUDIT_DELTA", "AUDIT_LEVELS", "mechanism_cases", "registry_cases",
             "trajectory_mechanism", "trajectory_statistic", "wang_xu_radius_cases",
             "UNPLANTED_KINDS", "plants_reaching", "crafted_case", "crafted_cases",
-            "CRAFTED_CASES",
+            "crafted_names",
             "CanaryCase", "CanaryRow", "PLANTS", "audit_case", "canary_case", "canary_table",
             "flat_statistic", "planted_bug", "scaled_noise", "format_table"]
 
@@ -1139,7 +1139,7 @@ def main(argv: list[str] | None = None) -> int:
         # come); the Wang & Xu release is audited at delta = 1e-5, which needs 10^5 trials
         todo = [(c.name, lambda c=c: c, args.trials) for c in mechanism_cases()]
         todo += [(name, lambda name=name: crafted_case(name), args.trials)
-                 for name in CRAFTED_CASES]
+                 for name in crafted_names()]
         todo += [(c.name, lambda c=c: c, max(args.trials, 100_000))
                  for c in wang_xu_radius_cases()]
         todo += [(e.name, lambda name=e.name: registry_cases([name])[0], args.trials)
@@ -1235,12 +1235,9 @@ def mechanism_cases(n: int = 10) -> list[CanaryCase]:
     return cases
 
 
-#: The names of :func:`crafted_cases`.
-CRAFTED_CASES = ("hd-dp-em/gmm/one-step", "hd-dp-em/rmc/one-step",
-                 "alg5-noisy-iht/logistic/one-step", "ld-dp-em/rmc/one-step",
-                 "alg1-noisy-gd/logistic/one-step", "ldp-gem/gmm/one-user",
-                 "ldp-gem/mor/one-user", "ldp-gem/rmc/one-user", "ldp-nldp/one-user",
-                 "ldp-nldp/per-user/one-user", "ldp-public/one-user", "ldp-iht/one-user")
+def crafted_names() -> tuple[str, ...]:
+    """The names of :func:`crafted_cases`, in order (nothing is built or compiled)."""
+    return tuple(_crafted_setups())
 
 
 def _reports(state: PyTree) -> jax.Array:
@@ -1251,8 +1248,10 @@ def _reports(state: PyTree) -> jax.Array:
 def crafted_cases() -> list[CanaryCase]:
     """One-step canary cases of registered estimators on crafted data: the peeling estimators,
     where the canary moves every coordinate's score as in the core ``mechanism/noisy-ht``
-    case, and two Gaussian releases (the low-dimensional DP-EM of the RMC model and Algorithm
-    1), where the pair moves almost every coordinate by (almost) the whole sensitivity.
+    case; Gaussian releases (the low-dimensional DP-EM of the RMC model, Algorithm 1, and one
+    user of each local-DP Gaussian estimator), where the pair moves (almost) every coordinate
+    by (almost) the whole sensitivity; and one user of LDP-IHT, whose l2-ball randomizer is
+    audited through its hemisphere coin.
 
     The registry examples audit ``hd-dp-em/*`` and ``alg5-noisy-iht/logistic`` through the
     trajectory statistic on simulated data, where the signal fixes the selection and the
@@ -1311,7 +1310,7 @@ def crafted_cases() -> list[CanaryCase]:
     noise x 0.2 a one-step release at ``(1, 1e-3)`` is at most ``0.82``-DP: no violation to
     catch (docs/audits.md).
     """
-    return [crafted_case(name) for name in CRAFTED_CASES]
+    return [crafted_case(name) for name in crafted_names()]
 
 
 @functools.cache
@@ -1439,7 +1438,6 @@ def crafted_case(name: str) -> CanaryCase:
     """The case ``name`` of :func:`crafted_cases` (built on first use: each runs its
     estimator a few times)."""
     from dpjax.accounting import gaussian_epsilon
-    from dpjax.base import fit
 
     setups = _crafted_setups()
     if name not in setups:
@@ -1448,8 +1446,9 @@ def crafted_case(name: str) -> CanaryCase:
     output, direction = (list(rest) + [None, None])[:2]
     data_in, data_out = data(rec_in), data(rec_out)
     beta0 = jnp.asarray(beta0, jnp.float32)
-    approx = fit(estimator, jax.random.key(0), data_in, beta0, hp).ledger.approx_dp
     events = probe_events(estimator, data_in, beta0, hp)
+    n = int(jax.tree_util.tree_leaves(data_in)[0].shape[0])  # the records (first leaf's rows)
+    approx = estimator.ledger(n, hp, events).approx_dp  # the honest ledger of those events
     kinds = {e.kind for e in events}
     if direction is not None:  # a coin-based randomizer: pure eps, the statistic given
         return CanaryCase(name, estimator, hp, beta0, data_in, data_out, 0,

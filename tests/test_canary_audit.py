@@ -178,7 +178,7 @@ def test_the_canary_pair_is_a_replace_one_neighbour_in_the_last_batch():
 # sample splitting), zCDP Gaussian over several steps (clipped DP gradient EM).
 MECHANISMS = {c.name: c for c in audit.mechanism_cases()}
 # the one-step peeling cases on crafted data (built on first use: each runs the estimator)
-CRAFTED = list(audit.CRAFTED_CASES)
+CRAFTED = list(audit.crafted_names())
 CRAFTED_PEELING = [n for n in CRAFTED if n.startswith(("hd-dp-em/", "alg5-"))]
 
 
