@@ -1,0 +1,166 @@
+"""The layering rule of docs/architecture.md, checked on the source: no module imports from a
+layer above it (function-level imports included), and the page's import table says what each
+module really imports (so the page cannot drift from the code)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "architecture.md"
+
+# Bottom to top. A module may import from its own group and from lower layers only; an import
+# between two groups of one layer must be listed in SAME_LAYER with its reason.
+LAYERS = [
+    {"_validate", "_cpu_prng"},
+    {"mechanisms", "discrete_noise"},
+    {"accounting", "local_randomizers", "robust_mean"},
+    {"models"},
+    {"base", "registry"},
+    {"algorithms", "examples"},
+    {"audit", "tune", "sweep", "results", "config", "plotting"},
+    {"study", "demo"},
+    {"cli", "experiments"},
+]
+SAME_LAYER = {
+    ("mechanisms", "discrete_noise"): "secure_noise releases through the exact integer samplers",
+    ("discrete_noise", "mechanisms"): "a secure release returns a mechanisms.PrivacyEvent",
+    ("cli", "experiments"): "dpjax run NAME finds the experiment",
+}
+# Imported everywhere and left out of the page's table (it says so).
+UNLISTED = {"_validate", "_cpu_prng"}
+
+
+def _group(module: str) -> str:
+    """``dpjax.models.glm`` -> ``models``; ``dpjax.experiments.em_fig1`` -> ``experiments``."""
+    parts = module.split(".")
+    assert parts[0] == "dpjax", module
+    return parts[1] if len(parts) > 1 else "dpjax"
+
+
+def _sources() -> dict[str, Path]:
+    out = {}
+    for path in sorted((ROOT / "dpjax").rglob("*.py")):
+        out[".".join(path.relative_to(ROOT).with_suffix("").parts)] = path
+    for path in sorted((ROOT / "experiments").glob("*.py")):
+        out["dpjax.experiments." + path.stem] = path
+    return {m.removesuffix(".__init__"): p for m, p in out.items()}
+
+
+def imported_modules(source: str, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """Every dpjax module ``source`` imports, at any depth (``from dpjax import x`` names the
+    module ``dpjax.x`` where that is a module, else the package)."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            for a in node.names:
+                found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base)
+    return {m for m in found if m == "dpjax" or m.startswith("dpjax.")}
+
+
+def edges() -> dict[str, set[str]]:
+    """Group -> the groups its modules import (package inits left out: ``dpjax/__init__``
+    imports the public modules for convenience, ``models``/``algorithms`` their own modules)."""
+    sources = _sources()
+    known = set(sources)
+    out: dict[str, set[str]] = {}
+    for module, path in sources.items():
+        if path.name == "__init__.py":
+            continue
+        deps = imported_modules(path.read_text(), module, False, known)
+        out.setdefault(_group(module), set()).update(_group(d) for d in deps)
+    return {g: deps - {g} for g, deps in out.items()}
+
+
+def _layer(group: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        if group in layer:
+            return i
+    raise AssertionError(f"dpjax.{group} has no layer: add it to LAYERS here and to the import "
+                         "table of docs/architecture.md")
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for group, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if dep == "dpjax":
+                bad.append(f"{group} imports the dpjax package itself (import the module)")
+            elif _layer(dep) > _layer(group) or (
+                    _layer(dep) == _layer(group) and (group, dep) not in SAME_LAYER):
+                bad.append(f"{group} (layer {_layer(group)}) imports {dep} "
+                           f"(layer {_layer(dep)})")
+    return bad
+
+
+def test_no_module_imports_from_a_layer_above_it():
+    graph = edges()
+    assert {"mechanisms", "accounting", "models", "algorithms", "sweep", "study", "cli",
+            "experiments"} <= set(graph)
+    assert violations(graph) == []
+
+
+def test_the_layer_check_has_teeth():
+    graph = edges()
+    assert violations({**graph, "mechanisms": graph["mechanisms"] | {"accounting"}})
+    assert violations({**graph, "models": {"algorithms"}})
+    assert violations({**graph, "sweep": {"audit"}})  # same layer, not listed
+    assert violations({**graph, "results": {"dpjax"}})
+    with pytest.raises(AssertionError, match="no layer"):
+        violations({**graph, "new_module": {"mechanisms"}})
+    # function-level and relative imports count
+    known = {"dpjax.models", "dpjax.models.glm", "dpjax.algorithms", "dpjax.algorithms.dp_em"}
+    src = "def f():\n    from dpjax.algorithms import dp_em\n"
+    assert imported_modules(src, "dpjax.models.glm", False, known) == {"dpjax.algorithms.dp_em"}
+    src = "from ..algorithms import dp_em\nfrom . import glm\n"
+    assert imported_modules(src, "dpjax.models.gmm", False, known) == {
+        "dpjax.algorithms.dp_em", "dpjax.models.glm"}
+
+
+def _doc_table() -> dict[str, set[str]]:
+    """The page's import table: row name (``models`` for ``models.*``) -> the names it gives."""
+    text = DOC.read_text()
+    start = text.index("| module | imports from dpjax |")
+    rows = {}
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        first, second = line.strip("|").split("|", 1)
+        names = set(re.findall(r"`([^`]+)`", second))
+        for name in re.findall(r"`([^`]+)`", first):
+            rows[name.removesuffix(".*").removesuffix("/*")] = names
+    return rows
+
+
+def doc_mismatches(table: dict[str, set[str]], graph: dict[str, set[str]]) -> list[str]:
+    bad = [f"no row for {g}" for g in sorted(set(graph) - set(table))]
+    for group, deps in sorted(graph.items()):
+        if group == "experiments" or group not in table:
+            continue  # experiments: "any of the above"
+        unlisted = sorted(deps - UNLISTED - table[group])
+        stale = sorted({g for g in table[group] if g in graph} - deps - UNLISTED)
+        bad += [f"{group} imports {unlisted}, not in its row"] * bool(unlisted)
+        bad += [f"{group}'s row names {stale}, not imported"] * bool(stale)
+    return bad
+
+
+def test_the_architecture_page_lists_every_import():
+    assert doc_mismatches(_doc_table(), edges()) == [], "update docs/architecture.md's table"
+
+
+def test_the_page_check_has_teeth():
+    table, graph = _doc_table(), edges()
+    assert table["base"] == {"mechanisms", "secure_noise", "accounting", "secure=True"}
+    assert doc_mismatches(table, {**graph, "sweep": {"base", "results"}})  # unlisted
+    assert doc_mismatches(table, {**graph, "study": {"sweep", "results"}})  # stale: config
+    assert doc_mismatches({k: v for k, v in table.items() if k != "tune"}, graph)  # no row
