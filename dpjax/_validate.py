@@ -215,23 +215,29 @@ def check_on_invalid(on_invalid: str) -> str:
     return check_choice(on_invalid, "on_invalid", ON_INVALID)
 
 
-def check_budget(epsilon: Any, delta: Any, n: int, stacklevel: int = 4) -> tuple[float, float]:
+def check_scalar(value: Any, name: str) -> float:
+    """A (checked) hyperparameter of a single fit as a float: grids belong to sweeps."""
+    if np.ndim(value):
+        raise ValueError(f"{name} must be a scalar for a single fit; use dpjax.sweep for grids")
+    return float(value)
+
+
+def check_budget(epsilon: Any, delta: Any, n: int, stacklevel: int = 4, *,
+                 allow_1_over_n: bool = False) -> tuple[float, float]:
     """One fit's ``(epsilon, delta)``: epsilon a scalar in (0, inf], delta in (0, 1) with default
-    ``1/(2n)``; warns (private fits) when ``delta >= 1/n``, which permits releasing a record
-    outright."""
-    eps = check_epsilon(epsilon)
-    if eps.ndim:
-        raise ValueError("epsilon must be a scalar for a single fit; use dpjax.sweep for grids")
+    ``1/(2n)``; warns (private fits) when ``delta >= 1/n`` (``> 1/n`` with
+    ``allow_1_over_n``, for the papers whose experiments use ``delta = 1/n``), which permits
+    releasing a record outright."""
+    eps = check_scalar(check_epsilon(epsilon), "epsilon")
     delta = 1.0 / (2.0 * n) if delta is None else delta
-    if np.ndim(check_delta(delta)):
-        raise ValueError("delta must be a scalar for a single fit; use dpjax.sweep for grids")
-    if np.isfinite(eps) and float(delta) >= 1.0 / n:
+    delta = check_scalar(check_delta(delta), "delta")
+    if math.isfinite(eps) and (delta > 1.0 / n or (delta == 1.0 / n and not allow_1_over_n)):
         warnings.warn(
-            f"delta = {float(delta):g} >= 1/n = {1.0 / n:g}: such a delta permits releasing a "
-            "record outright; the usual choice is delta = 1/(2n) or smaller",
-            DPJaxWarning, stacklevel=stacklevel,
+            f"delta = {delta:g} {'>' if delta > 1.0 / n else '='} 1/n = {1.0 / n:g}: such a "
+            "delta permits releasing a record outright; the usual choice is delta = 1/(2n) or "
+            "smaller", DPJaxWarning, stacklevel=stacklevel,
         )
-    return float(eps), float(delta)
+    return eps, delta
 
 
 def check_start(beta0: Any, d: int, s: int | None = None, s_name: str = "s") -> np.ndarray:
@@ -271,6 +277,3 @@ def _show(arr: np.ndarray) -> str:
     return f"array of shape {arr.shape} (min {np.nanmin(flat):g}, max {np.nanmax(flat):g})"
 
 
-def is_inf(value: Any) -> bool:
-    """True if a host scalar is +inf."""
-    return isinstance(value, (int, float, np.floating)) and math.isinf(float(value))

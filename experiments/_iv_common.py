@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Any, NamedTuple
 
 import jax
@@ -43,7 +42,6 @@ class IVConfig(Config):
                          doc="target delta of the ledger's (epsilon, delta) conversion")
 
 
-LINESTYLES = ["-", "--", ":"]
 # What the simulated IV studies share: 100 repetitions (5 with --quick) and these metrics.
 STUDY = dict(reps=100, quick_reps=5, summary_extra=("error_2sls", "clip1", "clip2"))
 
@@ -164,10 +162,6 @@ def _probe(estimator: Estimator, n: int, hp: dp_iv.DPIVHyperparams):
     # the dimensions or the data.
     batch = IVData(jnp.ones((n, 1)), jnp.zeros((n, 1)), jnp.zeros((n,)))
     return probe_events(estimator, batch, (jnp.zeros((1, 1)), jnp.zeros((1,))), hp)
-
-
-def rho_label(rho: float) -> str:
-    return "inf" if math.isinf(rho) else f"{rho:g}"
 
 
 def horizon_setting(key: str, method: str, estimator: Estimator, model: LinearIV, truth,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from dpjax import base
+from dpjax._validate import DPJaxWarning
 from dpjax.algorithms import dp_gem as G
 from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
 from dpjax.models.mor import MoRData
@@ -553,3 +555,19 @@ def test_rmc_self_consistency_both_k(second_moment):
     # and it has power: away from beta* the mean gradient is far from 0
     off = np.asarray(model.per_sample_gradients(beta * 0.5, data))
     assert np.max(np.abs(off.mean(0))) > 20 * np.max(g.std(0) / math.sqrt(g.shape[0]))
+
+
+@pytest.mark.parametrize("fit", [G.fit_dp_gem, G.fit_ldp_gem], ids=["central", "local"])
+def test_a_delta_above_1_over_n_warns_at_the_callers_line(fit):
+    """The paper's delta = 1/n passes; above it, the warning names delta and points here."""
+    model = GaussianMixture(0.5)
+    args = dict(epsilon=0.5, num_iterations=T, beta0=BETA * 0.5, tau=2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit(0, _data(model), model, delta=1 / N, **args)
+    with pytest.warns(DPJaxWarning, match=r"delta = 0.01 > 1/n") as record:
+        fit(0, _data(model), model, delta=0.01, **args)
+    assert record[0].filename == __file__
+    with warnings.catch_warnings():  # the non-private limit releases nothing
+        warnings.simplefilter("error")
+        fit(0, _data(model), model, delta=0.01, **{**args, "epsilon": math.inf})

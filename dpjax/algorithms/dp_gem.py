@@ -66,7 +66,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -620,12 +619,6 @@ def _ledger(
 # --------------------------------------------------------------------------------------------
 
 
-def _scalar(value: np.ndarray, name: str) -> float:
-    if np.ndim(value):
-        raise ValueError(f"{name} must be a scalar for a single fit; use dpjax.sweep for grids")
-    return float(value)
-
-
 def _f32(*values: Any) -> list[np.ndarray]:
     return [np.asarray(v, dtype=np.float32) for v in values]
 
@@ -649,33 +642,31 @@ def _robust_fields(eps: float, tau: Any, zeta: Any, s_rule: str, s: Any) -> list
     return _f32(tau, zeta, s_val)
 
 
-def _checked(key, data, model, num_iterations, on_invalid):
-    """The arguments every fit shares, checked: ``(key, data, n, d, num_iterations)``."""
+def _checked(key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0,
+             stacklevel):
+    """The arguments every fit shares, checked: ``(key, data, n, num_iterations, epsilon,
+    delta, beta0)``; ``delta`` is required (the paper uses ``1/n``: a warning above that)."""
     key = as_key(key)
     if not isinstance(model, EMModel):
         raise TypeError(f"model must implement dpjax.models.EMModel (per_sample_gradients, ...); "
                         f"got {type(model).__name__}")
     _validate.check_on_invalid(on_invalid)
     data = model.validate_data(data, on_invalid)
+    n = model.num_records(data)
     num_iterations = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
-    return key, data, model.num_records(data), model.dim(data), num_iterations
+    eps, dl = _validate.check_budget(epsilon, _validate.check_delta(delta), n, stacklevel + 1,
+                                     allow_1_over_n=True)
+    _validate.check_positive(eta, "eta")
+    beta0 = _validate.check_array(beta0, "beta0", shape=(model.dim(data),))
+    return key, data, n, num_iterations, eps, dl, beta0
 
 
 def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta, on_invalid,
          options: dict[str, Any]) -> FitResult:
     """Validate the shared arguments, build the estimator of ``kind`` and its hyperparameters,
     and fit. ``kind``: ``"gradient"`` (Alg 2), ``"exact_m"`` (Alg 3) or ``"clipped"`` (Alg 1)."""
-    key, data, n, d, num_iterations = _checked(key, data, model, num_iterations, on_invalid)
-    eps = _scalar(_validate.check_epsilon(epsilon), "epsilon")
-    dl = _scalar(_validate.check_delta(delta), "delta")
-    if math.isfinite(eps) and dl > 1.0 / n:
-        warnings.warn(
-            f"delta = {dl:g} > 1/n = {1.0 / n:g}: such a delta permits releasing a "
-            "record outright (the paper uses delta = 1/n)",
-            _validate.DPJaxWarning, stacklevel=4,
-        )
-    _validate.check_positive(eta, "eta")
-    beta0 = _validate.check_array(beta0, "beta0", shape=(d,))
+    key, data, n, num_iterations, eps, dl, beta0 = _checked(
+        key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0, 4)
     if kind == "clipped":
         c = _validate.check_truncation(options["clip"], eps, "clip")
         if c.ndim:
@@ -776,16 +767,9 @@ def fit_ldp_gem(
         :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) delivers exactly
         ``(epsilon, delta)`` to every user.
     """
-    key, data, n, d, num_iterations = _checked(key, data, model, num_iterations, on_invalid)
+    key, data, n, num_iterations, eps, dl, beta0 = _checked(
+        key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0, 3)
     ldp_user_groups(n, num_iterations)  # raises if n < T
-    eps = _scalar(_validate.check_epsilon(epsilon), "epsilon")
-    dl = _scalar(_validate.check_delta(delta), "delta")
-    if math.isfinite(eps) and dl > 1.0 / n:
-        warnings.warn(
-            f"delta = {dl:g} > 1/n = {1.0 / n:g}: with that per-user delta, some user's record "
-            "may in effect be released outright", _validate.DPJaxWarning, stacklevel=2)
-    _validate.check_positive(eta, "eta")
-    beta0 = _validate.check_array(beta0, "beta0", shape=(d,))
     if s_rule not in LDP_S_RULES:
         raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
     fields = _robust_fields(eps, tau, zeta, "explicit" if s_rule == "explicit" else

@@ -430,12 +430,6 @@ def _check_gamma(gamma: Any, rho: Any, name: str, rho_name: str) -> np.ndarray:
     return g
 
 
-def _scalar(value: np.ndarray, name: str) -> float:
-    if np.ndim(value):
-        raise ValueError(f"{name} must be a scalar for a single fit; use dpjax.sweep for grids")
-    return float(value)
-
-
 def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: Any, alpha: Any,
          num_iterations: int, gamma1: Any = None, gamma2: Any = None, calibration: str = "paper",
          delta: Any = DEFAULT_DELTA, theta0: Any = None, beta0: Any = None, tau: float = 5.0,
@@ -446,19 +440,19 @@ def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: An
     n, q = data.z.shape
     p = data.x.shape[1]
     T = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
-    r1 = _scalar(_validate.check_rho(rho1, "rho1"), "rho1")
-    r2 = _scalar(_validate.check_rho(rho2, "rho2"), "rho2")
-    e = _scalar(_validate.check_positive(eta, "eta"), "eta")
-    a = _scalar(_validate.check_positive(alpha, "alpha"), "alpha")
-    _scalar(_validate.check_delta(delta), "delta")
+    r1 = _validate.check_scalar(_validate.check_rho(rho1, "rho1"), "rho1")
+    r2 = _validate.check_scalar(_validate.check_rho(rho2, "rho2"), "rho2")
+    e = _validate.check_scalar(_validate.check_positive(eta, "eta"), "eta")
+    a = _validate.check_scalar(_validate.check_positive(alpha, "alpha"), "alpha")
+    _validate.check_scalar(_validate.check_delta(delta), "delta")
     default_gamma = clipping_threshold(n, q, T, tau)
     g1 = default_gamma if gamma1 is None else gamma1
     g2 = default_gamma if gamma2 is None else gamma2
     if variant == "beta-only":
         g1 = math.inf  # Algorithm 3 does not clip the first stage
     else:
-        g1 = _scalar(_check_gamma(g1, r1, "gamma1", "rho1"), "gamma1")
-    g2 = _scalar(_check_gamma(g2, r2, "gamma2", "rho2"), "gamma2")
+        g1 = _validate.check_scalar(_check_gamma(g1, r1, "gamma1", "rho1"), "gamma1")
+    g2 = _validate.check_scalar(_check_gamma(g2, r2, "gamma2", "rho2"), "gamma2")
     dtype = data.z.dtype
     th0 = np.zeros((q, p)) if theta0 is None else _validate.check_array(
         theta0, "theta0", shape=(q, p))

@@ -225,7 +225,7 @@ def _check_nldp_hparams(n: int, d: int, epsilon: float, delta: float) -> None:
 
 def nldp_hparams(n: int, d: int, epsilon: float, delta: float, *, sigma: float = 1.0,
                  c_r: float = 4.0, c_tau: float = math.sqrt(2.0), c_lam: float = 1.0,
-                 lam_rule: Literal["theory", "noise"] = "theory", lam_k: int = 1,
+                 lam_rule: Literal["theory", "noise"] = "theory",
                  cov: Literal["paper", "exact"] = "paper") -> NLDPHyperparams:
     r"""Theorem 3's parameters with explicit constants (spec §2.1 defaults).
 
@@ -235,7 +235,7 @@ def nldp_hparams(n: int, d: int, epsilon: float, delta: float, *, sigma: float =
       (``log d`` read as ``max(log d, 1)`` so that ``d <= 2`` is allowed);
     * ``lam_rule="noise"`` (spec §2.1's data-independent alternative): ``lambda = c_lam
       sqrt(2 log(2d)) sqrt(sigma_1^2 + sigma_2^2) / sqrt(n)`` with the per-user noise stds of
-      :func:`nldp_noise_stds` (``||theta*||_2 <= 1``); ``lam_k`` is unused.
+      :func:`nldp_noise_stds` (``||theta*||_2 <= 1``).
 
     Args:
         n, d: users and dimension.
