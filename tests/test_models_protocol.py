@@ -40,3 +40,22 @@ def test_an_object_missing_a_method_is_not_a_model():
             return beta
 
     assert not isinstance(Half(), EMModel)
+
+
+def test_the_gradient_em_ledger_notes_come_from_the_model():
+    """dp_gem's ledgers print the model's gradient_notes (no probing of model attributes)."""
+    from dpjax.algorithms import dp_gem
+    from tests.test_dp_gem import BETA, N, T, _data
+
+    def notes(model):
+        res = dp_gem.fit_dp_gem(0, _data(model), model, epsilon=0.5, delta=1 / N,
+                                num_iterations=T, beta0=BETA * 0.5, tau=2.0)
+        return res.ledger.notes
+
+    assert GaussianMixture(0.5, "paper").gradient_notes
+    assert set(GaussianMixture(0.5, "paper").gradient_notes) <= set(
+        notes(GaussianMixture(0.5, "paper")))
+    assert not any("paper-literal" in n for n in notes(GaussianMixture(0.5)))
+    exact_k = RegressionMissingCovariates(1.0, second_moment="exact_conditional")
+    assert exact_k.gradient_notes and set(exact_k.gradient_notes) <= set(notes(exact_k))
+    assert RegressionMissingCovariates(1.0).gradient_notes == ()

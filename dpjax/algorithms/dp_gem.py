@@ -205,7 +205,7 @@ def _num_releases(d: int, num_iterations: int, sample_split: bool) -> int:
     return d if sample_split else d * num_iterations
 
 
-def _make_robust_step(model: Any, num_iterations: int, s_rule: SRule, sample_split: bool,
+def _make_robust_step(model: EMModel, num_iterations: int, s_rule: SRule, sample_split: bool,
                       exact_m: bool):
     """Algorithm 2 (``exact_m=False``: ``psi`` of the per-sample gradients, then a gradient step)
     or Algorithm 3 (``exact_m=True``: ``psi`` of the per-sample M-step terms ``f_i``, whose
@@ -235,7 +235,7 @@ def _make_robust_step(model: Any, num_iterations: int, s_rule: SRule, sample_spl
     return step
 
 
-def _make_clipped_step(model: Any, num_iterations: int):
+def _make_clipped_step(model: EMModel, num_iterations: int):
     def step(key, state: GEMState, data, hp: ClippedGEMHyperparams):
         beta = state.beta
         g = model.per_sample_gradients(beta, data)  # (n, d)
@@ -255,7 +255,7 @@ def _init(beta0: Any) -> GEMState:
     return GEMState(jnp.asarray(beta0, dtype=jnp.result_type(float)))
 
 
-def dp_gem(model: Any, num_iterations: int, s_rule: SRule = "sigma_consistent",
+def dp_gem(model: EMModel, num_iterations: int, s_rule: SRule = "sigma_consistent",
            sample_split: bool = False) -> Estimator:
     """Algorithm 2 (DP gradient EM, spec 002 §2.5).
 
@@ -273,7 +273,7 @@ def dp_gem(model: Any, num_iterations: int, s_rule: SRule = "sigma_consistent",
     return _build_robust(model, num_iterations, s_rule, bool(sample_split), False)
 
 
-def dp_exact_em(model: Any, num_iterations: int,
+def dp_exact_em(model: EMModel, num_iterations: int,
                 s_rule: SRule = "sigma_consistent") -> Estimator:
     r"""Algorithm 3 (DP exact-M-step EM, spec 002 §2.6, the paper's App I), Gaussian mixture only.
 
@@ -296,7 +296,7 @@ def dp_exact_em(model: Any, num_iterations: int,
 
 
 @functools.lru_cache(maxsize=512)
-def _build_robust(model: Any, num_iterations: int, s_rule: SRule, sample_split: bool,
+def _build_robust(model: EMModel, num_iterations: int, s_rule: SRule, sample_split: bool,
                   exact_m: bool) -> Estimator:
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     if s_rule not in S_RULES:
@@ -311,7 +311,7 @@ def _build_robust(model: Any, num_iterations: int, s_rule: SRule, sample_split: 
 
 
 @functools.lru_cache(maxsize=512)
-def clipped_gem(model: Any, num_iterations: int) -> Estimator:
+def clipped_gem(model: EMModel, num_iterations: int) -> Estimator:
     """Algorithm 1 (clipped DP gradient EM, spec 002 §2.4), full data every iteration."""
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     name = f"clipped-gem/{model.name}"
@@ -380,7 +380,7 @@ def ldp_smoothing_parameters(s_rule: LDPSRule, m: int, d: int, hp: LDPGEMHyperpa
     return s, beta_s
 
 
-def local_gradient_scores(model: Any, beta: jax.Array, data: Any, s: Any, beta_s: Any
+def local_gradient_scores(model: EMModel, beta: jax.Array, data: Any, s: Any, beta_s: Any
                           ) -> BoundedStatistic:
     r"""Every user's coordinate-wise robust gradient, ready for a local mechanism.
 
@@ -406,7 +406,7 @@ def _user_group(data: Any, t: jax.Array, num_iterations: int, n: int):
     return batch, jnp.arange(m_max) < size, size
 
 
-def _make_ldp_step(model: Any, num_iterations: int, s_rule: LDPSRule, batching: str):
+def _make_ldp_step(model: EMModel, num_iterations: int, s_rule: LDPSRule, batching: str):
     def step(key, state: LDPGEMState, data, hp: LDPGEMHyperparams):
         beta = state.beta
         n, d = model.num_records(data), beta.shape[0]
@@ -438,7 +438,7 @@ def _ldp_init(beta0: Any) -> LDPGEMState:
 
 
 @functools.lru_cache(maxsize=512)
-def ldp_gem(model: Any, num_iterations: int, s_rule: LDPSRule = "ldp",
+def ldp_gem(model: EMModel, num_iterations: int, s_rule: LDPSRule = "ldp",
             batching: Literal["full", "disjoint"] = "full") -> Estimator:
     r"""Local-DP gradient EM (**ours**: beyond the paper, whose local-DP result, App F, covers
     the 1-D mean only; issue 13 item 7).
@@ -493,7 +493,7 @@ def ldp_gem(model: Any, num_iterations: int, s_rule: LDPSRule = "ldp",
                      num_iterations, batching, ledger_fn)
 
 
-def _ldp_ledger(name: str, model: Any, num_iterations: int, s_rule: str, n: int, hparams: Any,
+def _ldp_ledger(name: str, model: EMModel, num_iterations: int, s_rule: str, n: int, hparams: Any,
                 events: tuple[PrivacyEvent, ...]) -> Ledger:
     """Each user's guarantee: the one report of that user (the ``T`` stacked events are the
     ``T`` groups' reports, one event per round standing for every user of its group), composed
@@ -514,10 +514,7 @@ def _ldp_ledger(name: str, model: Any, num_iterations: int, s_rule: str, n: int,
         f"s_rule = {s_rule!r}, tau = {float(np.asarray(hparams.tau)):g}, zeta = "
         f"{float(np.asarray(hparams.zeta)):g}",
     ]
-    if getattr(model, "weights", "exact") == "paper":
-        notes.append("paper-literal posterior weights (biased, still DP)")
-    if getattr(model, "second_moment", "paper") == "exact_conditional":
-        notes.append("exact conditional K (spec 002 A4), not the printed one")
+    notes.extend(model.gradient_notes)
     return Ledger.build(name, [Release.from_event(ev, statistic, data)], "parallel",
                         variant="corrected", relation="local",
                         requested=ApproxDP(eps, delta), delta=delta,
@@ -554,7 +551,7 @@ _STATISTICS = {
 def _ledger(
     name: str,
     kind: str,
-    model: Any,
+    model: EMModel,
     num_iterations: int,
     s_rule: str | None,
     n: int,
@@ -592,10 +589,7 @@ def _ledger(
     release = Release.from_event(merged, statistic, data)
     if release.sensitivity_ratio != 1.0:
         notes.append(f"true/declared sensitivity = {release.sensitivity_ratio:g}")
-    if getattr(model, "weights", "exact") == "paper":
-        notes.append("paper-literal posterior weights (biased, still DP)")
-    if getattr(model, "second_moment", "paper") == "exact_conditional":
-        notes.append("exact conditional K (spec 002 A4), not the printed one")
+    notes.extend(model.gradient_notes)
 
     def build(releases, extra=()):
         return Ledger.build(name, releases, "zcdp", variant="corrected",
@@ -686,7 +680,7 @@ def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta
 
 
 def fit_dp_gem(
-    key: Any, data: Any, model: Any, *, epsilon: Any, delta: Any, num_iterations: int,
+    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any, num_iterations: int,
     beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05,
     s_rule: SRule = "sigma_consistent", s: Any = None, sample_split: bool = False,
     on_invalid: str = "raise",
@@ -722,7 +716,7 @@ def fit_dp_gem(
 
 
 def fit_dp_exact_em(
-    key: Any, data: Any, model: Any, *, epsilon: Any, delta: Any, num_iterations: int,
+    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any, num_iterations: int,
     beta0: Any, tau: Any, zeta: Any = 0.05, s_rule: SRule = "sigma_consistent", s: Any = None,
     on_invalid: str = "raise",
 ) -> FitResult:
@@ -737,7 +731,7 @@ def fit_dp_exact_em(
 
 
 def fit_clipped_gem(
-    key: Any, data: Any, model: Any, *, epsilon: Any, delta: Any, num_iterations: int,
+    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any, num_iterations: int,
     beta0: Any, eta: Any = 1.0, clip: Any = 1.0, on_invalid: str = "raise",
 ) -> FitResult:
     """Fit Algorithm 1 (clipped DP gradient EM, spec 002 §2.4) to one data set.
@@ -751,7 +745,7 @@ def fit_clipped_gem(
 
 
 def fit_ldp_gem(
-    key: Any, data: Any, model: Any, *, epsilon: Any, delta: Any, num_iterations: int,
+    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any, num_iterations: int,
     beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05, s_rule: LDPSRule = "ldp",
     s: Any = None, on_invalid: str = "raise",
 ) -> FitResult:
@@ -783,7 +777,7 @@ def fit_ldp_gem(
 # --------------------------------------------------------------------------------------------
 
 
-def _example(model: Any, d: int, seed: int, kind: str, n: int = 400) -> registry.Example:
+def _example(model: EMModel, d: int, seed: int, kind: str, n: int = 400) -> registry.Example:
     beta = np.full(d, 1.0 / np.sqrt(d), np.float32)
     data = model.simulate(jax.random.key(seed), n, jnp.asarray(beta))
 

@@ -120,6 +120,11 @@ class GaussianMixture:
     def ledger_notes(self) -> tuple[str, ...]:
         return ()
 
+    @property
+    def gradient_notes(self) -> tuple[str, ...]:
+        return ("paper-literal posterior weights (biased, still DP)",) \
+            if self.weights == "paper" else ()
+
     def ex_post_notes(self, iterates, truncation, epsilon, delta) -> list[str]:
         """None: the declared bound holds for every iterate."""
         del iterates, truncation, epsilon, delta

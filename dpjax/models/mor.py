@@ -107,6 +107,10 @@ class MixtureOfRegressions:
         return ("the 2w statistic's exact sensitivity equals the declared 4*eta*T^2/n0 "
                 "(approached as y -> inf, <x, beta> -> 0+), so the printed calibration holds",)
 
+    @property
+    def gradient_notes(self) -> tuple[str, ...]:
+        return ()
+
 
     def ex_post_notes(self, iterates, truncation, epsilon, delta) -> list[str]:
         """None: the declared bound holds for every iterate (module docstring)."""

@@ -26,7 +26,9 @@ class EMModel(Protocol):
         sensitivity_formula: the declared sensitivity of :meth:`truncated_gradient` as a
             formula (ledger text; the number comes from the statistic itself).
         variant: ``"corrected"`` or a ``"paper-literal: ..."`` label.
-        ledger_notes: caveats the ledger prints.
+        ledger_notes: caveats the ledger of DP-EM (spec 000) prints.
+        gradient_notes: what the ledger of DP gradient EM (spec 002) says of
+            :meth:`per_sample_gradients` (a variant of them); ``()`` if nothing.
     """
 
     name: str
@@ -37,6 +39,9 @@ class EMModel(Protocol):
 
     @property
     def ledger_notes(self) -> tuple[str, ...]: ...
+
+    @property
+    def gradient_notes(self) -> tuple[str, ...]: ...
 
     def simulate(self, key: jax.Array, n: int, beta: jax.Array) -> Any:
         """``n`` records from the model at ``beta``."""

@@ -125,6 +125,11 @@ class RegressionMissingCovariates:
         return ("the printed 6T^2/n0 bounds the sensitivity only while ||beta^t||_inf <= 4T^2; "
                 "the iterates carry unbounded noise, so no guarantee holds a priori",)
 
+    @property
+    def gradient_notes(self) -> tuple[str, ...]:
+        return ("exact conditional K (spec 002 A4), not the printed one",) \
+            if self.second_moment == "exact_conditional" else ()
+
     def ex_post_notes(
         self, iterates: np.ndarray, truncation: float, epsilon: float, delta: float
     ) -> list[str]:
