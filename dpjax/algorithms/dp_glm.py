@@ -97,6 +97,7 @@ from dpjax.mechanisms import (
     noisy_hard_threshold,
     with_sensitivity_margin,
 )
+from dpjax.models.glm import GLM
 
 __all__ = [
     "CALIBRATIONS",
@@ -206,7 +207,7 @@ def _no_support() -> jax.Array:
     return jnp.zeros((0,), jnp.int32)
 
 
-def _make_noisy_gd_step(model: Any, T: int, calibration: Calibration, margin: float):
+def _make_noisy_gd_step(model: GLM, T: int, calibration: Calibration, margin: float):
     def step(key, state: GLMState, data, hp: GLMHyperparams):
         beta = state.beta
         grad = model.clipped_gradient(beta, data, hp.truncation, "l2")
@@ -224,7 +225,7 @@ def _make_noisy_gd_step(model: Any, T: int, calibration: Calibration, margin: fl
     return step
 
 
-def _make_noisy_iht_step(model: Any, T: int, s: int, margin: float, split: bool):
+def _make_noisy_iht_step(model: GLM, T: int, s: int, margin: float, split: bool):
     def step(key, state: GLMState, data, hp: GLMHyperparams):
         beta = state.beta
         # beta has at most s non-zeros (beta0 is checked, then peeling keeps s): the
@@ -242,7 +243,7 @@ def _make_noisy_iht_step(model: Any, T: int, s: int, margin: float, split: bool)
     return step
 
 
-def _make_gd_step(model: Any):
+def _make_gd_step(model: GLM):
     def step(key, state: GLMState, data, hp: GLMHyperparams):
         del key  # non-private: no randomness
         beta = state.beta
@@ -253,7 +254,7 @@ def _make_gd_step(model: Any):
     return step
 
 
-def _make_iht_step(model: Any, s: int):
+def _make_iht_step(model: GLM, s: int):
     def step(key, state: GLMState, data, hp: GLMHyperparams):
         del key
         beta = state.beta
@@ -285,7 +286,7 @@ def _check_b_constant(b_constant: float) -> float:
 
 
 def noisy_gd(
-    model: Any, num_iterations: int, calibration: Calibration = "paper", b_constant: float = 4.0
+    model: GLM, num_iterations: int, calibration: Calibration = "paper", b_constant: float = 4.0
 ) -> Estimator:
     """Algorithm 1: noisy full-batch gradient descent (spec 003 §2.1).
 
@@ -303,7 +304,7 @@ def noisy_gd(
 
 
 @functools.lru_cache(maxsize=256)
-def _build_noisy_gd(model: Any, T: int, calibration: Calibration, b: float) -> Estimator:
+def _build_noisy_gd(model: GLM, T: int, calibration: Calibration, b: float) -> Estimator:
     name = f"alg1-noisy-gd[{calibration}]/{model.name}"
     return Estimator(
         name, _init, _make_noisy_gd_step(model, T, calibration, b / 2.0), T, "full",
@@ -312,7 +313,7 @@ def _build_noisy_gd(model: Any, T: int, calibration: Calibration, b: float) -> E
 
 
 def noisy_iht(
-    model: Any, s: int, num_iterations: int, b_constant: float = 4.0, split_budget: bool = True
+    model: GLM, s: int, num_iterations: int, b_constant: float = 4.0, split_budget: bool = True
 ) -> Estimator:
     """Algorithm 5: noisy iterative hard thresholding with peeling (spec 003 §2.5).
 
@@ -335,7 +336,7 @@ def noisy_iht(
 
 
 @functools.lru_cache(maxsize=256)
-def _build_noisy_iht(model: Any, s: int, T: int, b: float, split: bool) -> Estimator:
+def _build_noisy_iht(model: GLM, s: int, T: int, b: float, split: bool) -> Estimator:
     name = f"alg5-noisy-iht{'' if split else '[unsplit]'}/{model.name}"
     return Estimator(
         name, functools.partial(_sparse_init, s), _make_noisy_iht_step(model, T, s, b / 2.0, split),
@@ -344,13 +345,13 @@ def _build_noisy_iht(model: Any, s: int, T: int, b: float, split: bool) -> Estim
     )
 
 
-def gd(model: Any, num_iterations: int) -> Estimator:
+def gd(model: GLM, num_iterations: int) -> Estimator:
     """Non-private gradient descent on ``L_n`` (the twin of Algorithm 1), no clipping."""
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     return _build_twin(model, None, int(num_iterations))
 
 
-def iht(model: Any, s: int, num_iterations: int) -> Estimator:
+def iht(model: GLM, s: int, num_iterations: int) -> Estimator:
     """Non-private iterative hard thresholding (spec 003 Algorithm 2), no clipping."""
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     _validate.check_int_in_range(s, "s", 1)
@@ -358,7 +359,7 @@ def iht(model: Any, s: int, num_iterations: int) -> Estimator:
 
 
 @functools.lru_cache(maxsize=256)
-def _build_twin(model: Any, s: int | None, T: int) -> Estimator:
+def _build_twin(model: GLM, s: int | None, T: int) -> Estimator:
     what = "GD" if s is None else "IHT"
     name = f"{what.lower()}/{model.name}"
     step = _make_gd_step(model) if s is None else _make_iht_step(model, s)
@@ -375,12 +376,12 @@ def _scalars(hp: GLMHyperparams) -> tuple[float, float, float, float, float]:
     return tuple(float(np.asarray(v)) for v in hp)  # type: ignore[return-value]
 
 
-def _b_text(model: Any, b: float, R: float) -> str:
+def _b_text(model: GLM, b: float, R: float) -> str:
     B = b * (R + model.c1) * model.sigma_x
     return f"B = {b:g}*(R + c1)*sigma_x = {b:g}*({R:g} + {model.c1:g})*{model.sigma_x:g} = {B:g}"
 
 
-def _common_notes(model: Any, n: int, T: int, eta: float, R: float, b: float,
+def _common_notes(model: GLM, n: int, T: int, eta: float, R: float, b: float,
                   release: Release) -> list[str]:
     notes = [
         f"n = {n}, T = {T}, eta = {eta:g}, R = {R:g}, {_b_text(model, b, R)}",
@@ -420,7 +421,7 @@ def _short_of_request(ledger: Ledger) -> Ledger:
 
 
 def _ledger_alg1(
-    name: str, model: Any, T: int, calibration: Calibration, b: float, n: int,
+    name: str, model: GLM, T: int, calibration: Calibration, b: float, n: int,
     hparams: GLMHyperparams, events: tuple[PrivacyEvent],
 ) -> Ledger:
     """The ledger of one run, composed from its events (one Gaussian release per step)."""
@@ -449,7 +450,7 @@ def _ledger_alg1(
 
 
 def _ledger_alg5(
-    name: str, model: Any, T: int, s: int, b: float, split: bool, n: int,
+    name: str, model: GLM, T: int, s: int, b: float, split: bool, n: int,
     hparams: GLMHyperparams, events: tuple[PrivacyEvent],
 ) -> Ledger:
     """The ledger of one run, composed from its events (one NoisyHT release per step)."""
@@ -479,8 +480,6 @@ def _ledger_non_private(name: str, T: int, what: str, n: int, hparams: GLMHyperp
 
 def _prepare(key, data, model, epsilon, num_iterations, *, delta=None, eta=1.0,
              truncation=None, beta0=None, b_constant=4.0, on_invalid="raise", s=None):
-    from dpjax.models.glm import GLM
-
     if not isinstance(model, GLM):
         raise TypeError(f"model must be a dpjax.models.glm.GLM; got {type(model).__name__}")
     key = as_key(key)
@@ -520,7 +519,7 @@ def _prepare(key, data, model, epsilon, num_iterations, *, delta=None, eta=1.0,
 def fit_dp_glm(
     key: Any,
     data: Any,
-    model: Any,
+    model: GLM,
     *,
     epsilon: Any,
     num_iterations: int,
@@ -571,7 +570,7 @@ def fit_dp_glm(
     return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n, secure=secure)
 
 
-def fit_sparse_dp_glm(key: Any, data: Any, model: Any, *, s: int, epsilon: Any,
+def fit_sparse_dp_glm(key: Any, data: Any, model: GLM, *, s: int, epsilon: Any,
                       num_iterations: int, secure: bool = False, **options: Any) -> FitResult:
     """Fit Algorithm 5 (sparse DP GLM by noisy IHT with peeling) to one data set.
 
@@ -593,7 +592,7 @@ def fit_sparse_dp_glm(key: Any, data: Any, model: Any, *, s: int, epsilon: Any,
 # --------------------------------------------------------------------------------------------
 
 
-def _example(model: Any, n: int = 400, d: int = 8, s: int = 2, T: int = 5) -> registry.Example:
+def _example(model: GLM, n: int = 400, d: int = 8, s: int = 2, T: int = 5) -> registry.Example:
     from dpjax.models.glm import sparse_sphere_beta
 
     beta = sparse_sphere_beta(jax.random.key(2), d, s)
@@ -610,8 +609,6 @@ def _example(model: Any, n: int = 400, d: int = 8, s: int = 2, T: int = 5) -> re
 
 
 def _register() -> None:
-    from dpjax.models.glm import GLM
-
     model = GLM("logistic")
     example = functools.partial(_example, model)
 
