@@ -275,5 +275,3 @@ def _show(arr: np.ndarray) -> str:
     if flat.size <= 6:
         return "[" + ", ".join(f"{float(v):g}" for v in flat) + "]"
     return f"array of shape {arr.shape} (min {np.nanmin(flat):g}, max {np.nanmax(flat):g})"
-
-

@@ -176,4 +176,3 @@ def horizon_setting(key: str, method: str, estimator: Estimator, model: LinearIV
         plan=DataPlan(1, n), hparams_type=dp_iv.DPIVHyperparams, levels=levels, n=n,
         final_only=True,
     )
-
