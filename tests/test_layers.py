@@ -51,10 +51,11 @@ def _sources() -> dict[str, Path]:
     return {m.removesuffix(".__init__"): p for m, p in out.items()}
 
 
-def imported_modules(source: str, module: str, is_package: bool, known: set[str]) -> set[str]:
+def imported_modules(source: str, module: str, known: set[str]) -> set[str]:
     """Every dpjax module ``source`` imports, at any depth (``from dpjax import x`` names the
-    module ``dpjax.x`` where that is a module, else the package)."""
-    package = module.split(".") if is_package else module.split(".")[:-1]
+    module ``dpjax.x`` where that is a module, else the package). ``module`` is not a package
+    ``__init__`` (those are left out of the check)."""
+    package = module.split(".")[:-1]
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -77,7 +78,7 @@ def edges() -> dict[str, set[str]]:
     for module, path in sources.items():
         if path.name == "__init__.py":
             continue
-        deps = imported_modules(path.read_text(), module, False, known)
+        deps = imported_modules(path.read_text(), module, known)
         out.setdefault(_group(module), set()).update(_group(d) for d in deps)
     return {g: deps - {g} for g, deps in out.items()}
 
@@ -121,9 +122,9 @@ def test_the_layer_check_has_teeth():
     # function-level and relative imports count
     known = {"dpjax.models", "dpjax.models.glm", "dpjax.algorithms", "dpjax.algorithms.dp_em"}
     src = "def f():\n    from dpjax.algorithms import dp_em\n"
-    assert imported_modules(src, "dpjax.models.glm", False, known) == {"dpjax.algorithms.dp_em"}
+    assert imported_modules(src, "dpjax.models.glm", known) == {"dpjax.algorithms.dp_em"}
     src = "from ..algorithms import dp_em\nfrom . import glm\n"
-    assert imported_modules(src, "dpjax.models.gmm", False, known) == {
+    assert imported_modules(src, "dpjax.models.gmm", known) == {
         "dpjax.algorithms.dp_em", "dpjax.models.glm"}
 
 
