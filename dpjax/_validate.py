@@ -22,7 +22,6 @@ class ConfigError(ValueError):
 
 __all__ = [
     "DPJaxWarning",
-    "ClassicGaussianWarning",
     "check_array",
     "check_budget",
     "check_choice",
@@ -35,16 +34,11 @@ __all__ = [
     "check_rho",
     "check_start",
     "check_truncation",
-    "warn_classic_gaussian",
 ]
 
 
 class DPJaxWarning(UserWarning):
     """Base class of the warnings dpjax emits about privacy or numerics."""
-
-
-class ClassicGaussianWarning(DPJaxWarning):
-    """The classic Gaussian calibration is used outside its proven range (epsilon > 1)."""
 
 
 def _as_float_array(value: Any, name: str) -> np.ndarray:
@@ -248,24 +242,6 @@ def check_start(beta0: Any, d: int, s: int | None = None, s_name: str = "s") -> 
     if s is not None and nnz > s:
         raise ValueError(f"beta0 must have at most {s_name} = {s} non-zeros; it has {nnz}")
     return beta0
-
-
-def warn_classic_gaussian(epsilon: Any, stacklevel: int = 3) -> None:
-    """Warn when the classic Gaussian calibration is used with epsilon > 1.
-
-    sigma = Delta * sqrt(2 log(1.25/delta)) / epsilon is proven only for epsilon <= 1
-    (Dwork & Roth 2014, Thm A.1).
-    """
-    eps = np.asarray(epsilon, dtype=np.float64)
-    if (np.isfinite(eps) & (eps > 1)).any():
-        warnings.warn(
-            "the classic Gaussian calibration sigma = Delta*sqrt(2 log(c/delta))/epsilon is "
-            "proven only for epsilon <= 1; got epsilon up to "
-            f"{float(eps[np.isfinite(eps)].max()):g}."
-            " The ledger reports the requested budget; prefer a zCDP calibration for epsilon > 1.",
-            ClassicGaussianWarning,
-            stacklevel=stacklevel,
-        )
 
 
 def _show(arr: np.ndarray) -> str:

@@ -283,6 +283,9 @@ def fit(
         ledger = _secure_ledger(estimator, n, hparams, events, grid)
     else:
         ledger = None if estimator.ledger is None else estimator.ledger(n, hparams, events)
+    from dpjax.accounting import check_delivers
+
+    check_delivers(ledger)  # the noise drawn must deliver what was asked (data-independent)
     to_np = functools.partial(jax.tree_util.tree_map, np.asarray)
     return FitResult(estimate, to_np(trace), ledger, hparams, to_np(final))
 

@@ -175,7 +175,6 @@ def _check_epsilon(epsilon: Any) -> None:
 def _check_gaussian_budget(epsilon: Any, delta: Any) -> None:
     if _concrete(epsilon):
         _validate.check_epsilon(epsilon)
-        _validate.warn_classic_gaussian(epsilon, stacklevel=4)
     if _concrete(delta):
         _validate.check_delta(delta)
 
@@ -216,15 +215,19 @@ def _require_local_l2(stat: Any, mechanism: str) -> None:
 
 
 def local_gaussian_sigma(
-    range_l2: Any, epsilon: Any, delta: Any, log_constant: float = 1.25
+    range_l2: Any, epsilon: Any, delta: Any, log_constant: float = 1.25,
+    calibration: str = "classic-or-analytic",
 ) -> Any:
     r"""Per-user Gaussian noise std for (epsilon, delta)-LDP: the one place it is computed.
 
     .. math:: \sigma = \Delta_2 \sqrt{2 \log(c/\delta)} / \epsilon, \quad c = 1.25,
 
-    the classic Gaussian mechanism (Dwork & Roth 2014, Thm A.1; spec 001 Def 3), proven for
-    ``epsilon <= 1`` (a :class:`~dpjax._validate.ClassicGaussianWarning` is raised above that
-    for concrete inputs). ``epsilon = inf`` gives exactly 0, even with an infinite range.
+    the classic Gaussian mechanism (Dwork & Roth 2014, Thm A.1; spec 001 Def 3), for
+    ``epsilon <= 1``, where it is proven; above that, by default, the analytic calibration
+    (the exact Gaussian curve solved for sigma, :func:`dpjax.mechanisms.gaussian_multiplier`),
+    so (epsilon, delta)-LDP holds at every epsilon. ``calibration="classic"`` keeps the printed
+    formula at every epsilon (its ledger reads the exact curve). ``epsilon = inf`` gives
+    exactly 0, even with an infinite range.
 
     Args:
         range_l2: ``Delta_2 = sup ||s(x) - s(x')||_2`` over two admissible records of one user
@@ -240,7 +243,7 @@ def local_gaussian_sigma(
     _check_range(range_l2, epsilon, "range_l2")
     # looked up in dpjax.mechanisms at call time, like every calibration there (so a planted
     # bug of dpjax.audit.planted_bug reaches the local randomizers too)
-    return _mechanisms.gaussian_sigma_classic(range_l2, epsilon, delta, log_constant)
+    return _mechanisms.gaussian_sigma(range_l2, epsilon, delta, calibration, log_constant)
 
 
 def symmetric_gaussian_sigma(
@@ -335,11 +338,12 @@ def _mirror_upper(m: jax.Array) -> jax.Array:
 
 def _local_event(stat: BoundedStatistic, sigma: Any, delta: Any, log_constant: float
                  ) -> PrivacyEvent:
-    """The privacy event of one user's classic-Gaussian report: built from the sigma that drew
-    the noise and the statistic's own range (relation ``"local"``)."""
-    return _event("gaussian-classic", BoundedStatistic(jnp.zeros(()), stat.sensitivity, "l2",
-                                                       "local", stat.true_sensitivity),
-                  sigma, delta, log_constant=log_constant)
+    """The privacy event of one user's (epsilon, delta) Gaussian report: built from the sigma
+    that drew the noise and the statistic's own range (relation ``"local"``); the ledger reads
+    it off the exact Gaussian curve."""
+    return _event("gaussian", BoundedStatistic(jnp.zeros(()), stat.sensitivity, "l2",
+                                               "local", stat.true_sensitivity),
+                  sigma, delta, log_constant=log_constant, calibration="classic-or-analytic")
 
 
 def local_gaussian(
@@ -599,7 +603,7 @@ def l2_ball_randomizer(
     direction = jnp.where(nonzero, x / jnp.where(nonzero, norm, 1), e1)
     p_plus = 0.5 + norm / (2 * r)
     b = jnp.where(jax.random.bernoulli(key_sign, p_plus), 1, -1).astype(dtype)
-    s = jax.random.bernoulli(key_side, _mechanisms.response_probability(eps))  # e^eps/(e^eps+1)
+    s = _mechanisms.randomized_response_bit(key_side, eps)  # exact: odds e^eps or less
     g = _cpu_prng.normal(key_direction, (dim,), dtype)  # same values, faster
     u = g / jnp.maximum(jnp.sqrt(jnp.sum(jnp.square(g))), jnp.finfo(dtype).tiny)
     side = b * jnp.dot(u, direction)  # <u, v>

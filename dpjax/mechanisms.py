@@ -17,11 +17,21 @@ Calibrations (all scale parametrisations; ``log`` is natural):
 mechanism               noise per coordinate                                  guarantee
 =====================  =====================================================  ============
 Laplace                 ``b = Delta_1 / epsilon``                             (eps, 0)
+Gaussian (default)      the classic ``sigma`` below for ``epsilon <= 1``, the   (eps, delta),
+                        analytic one above (``calibration="classic-or-        every eps
+                        analytic"``)
+analytic Gaussian       ``sigma = Delta_2 / mu``, ``mu`` solving the exact    (eps, delta),
+                        curve ``delta(mu, eps) = delta`` (Balle & Wang 2018)  every eps
 classic Gaussian        ``sigma = Delta_2 sqrt(2 log(c/delta)) / epsilon``,   (eps, delta),
-                        ``c = 1.25`` (Dwork & Roth Thm A.1)                   eps <= 1
+                        ``c = 1.25`` (Dwork & Roth Thm A.1)                   proven eps <= 1
 zCDP Gaussian           ``sigma = Delta_2 / sqrt(2 rho)``                     rho-zCDP
 NoisyHT / peeling       ``b = Delta_inf * 2 sqrt(3 s log(1/delta)) / epsilon`` (eps, delta)
 =====================  =====================================================  ============
+
+Whatever the calibration, the ledger reads a Gaussian release's (epsilon, delta) off the exact
+Gaussian privacy curve of the noise actually drawn (:func:`dpjax.accounting.gaussian_epsilon`),
+so a calibration used outside its proof (the classic formula at a large epsilon) reports the
+weaker guarantee it really delivers.
 """
 
 from __future__ import annotations
@@ -55,8 +65,12 @@ __all__ = [
     "sanitize",
     "gaussian_mechanism",
     "gaussian_mechanism_zcdp",
+    "GAUSSIAN_CALIBRATIONS",
+    "gaussian_multiplier",
+    "gaussian_multiplier_analytic",
     "gaussian_multiplier_classic",
     "gaussian_multiplier_zcdp",
+    "gaussian_sigma",
     "gaussian_noise",
     "secure_noise",
     "gaussian_sigma_classic",
@@ -170,10 +184,12 @@ jax.tree_util.register_dataclass(
 # Privacy events: what a mechanism call released, built from the arrays that drew the noise
 # --------------------------------------------------------------------------------------------
 
-MechanismKind = Literal["laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht",
+MechanismKind = Literal["laplace", "gaussian", "gaussian-zcdp", "noisy-ht",
                         "discrete-laplace", "discrete-gaussian", "ldp-randomizer", "none"]
-KINDS: tuple[str, ...] = ("laplace", "gaussian-classic", "gaussian-zcdp", "noisy-ht",
+KINDS: tuple[str, ...] = ("laplace", "gaussian", "gaussian-zcdp", "noisy-ht",
                           "discrete-laplace", "discrete-gaussian", "ldp-randomizer", "none")
+#: calibrations of the (epsilon, delta) Gaussian mechanism (:func:`gaussian_multiplier`)
+GAUSSIAN_CALIBRATIONS: tuple[str, ...] = ("classic-or-analytic", "analytic", "classic")
 # kinds accounted in rho-zCDP, rho = (true_sensitivity / scale)^2 / 2 (Bun & Steinke 2016;
 # Canonne, Kamath & Steinke 2020 for the discrete Gaussian on integer queries)
 ZCDP_KINDS: tuple[str, ...] = ("gaussian-zcdp", "discrete-gaussian")
@@ -188,8 +204,9 @@ class PrivacyEvent:
     (:meth:`dpjax.accounting.Ledger.from_events`) describes the noise actually added.
 
     Attributes:
-        kind: the mechanism (static): ``"laplace"``, ``"gaussian-classic"`` (calibrated for
-            (epsilon, delta) by the classic bound), ``"gaussian-zcdp"`` (calibrated for
+        kind: the mechanism (static): ``"laplace"``, ``"gaussian"`` (calibrated for
+            (epsilon, delta); ``calibration`` says how; accounted by the exact Gaussian
+            curve whatever the calibration), ``"gaussian-zcdp"`` (calibrated for
             rho-zCDP), ``"noisy-ht"`` (peeling), ``"discrete-laplace"`` /
             ``"discrete-gaussian"`` (integer noise on a public grid,
             :mod:`dpjax.discrete_noise`; sensitivity in grid units), ``"ldp-randomizer"``
@@ -200,10 +217,12 @@ class PrivacyEvent:
         scale: the noise scale drawn (Laplace ``b``, Gaussian ``sigma``); 0 means no noise.
         true_sensitivity: the statistic's actual bound (``inf``: unbounded); the delivered
             guarantee is computed from it.
-        delta: the delta of a classic-Gaussian or NoisyHT calibration (0 otherwise).
+        delta: the delta of an (epsilon, delta) Gaussian or NoisyHT calibration (0 otherwise).
         norm, relation: of the sensitivity (static).
         s: the number of coordinates a NoisyHT release selects (static).
         log_constant: the ``c`` of a classic Gaussian's ``log(c / delta)`` (static).
+        calibration: for ``"gaussian"``, one of :data:`GAUSSIAN_CALIBRATIONS` (static;
+            informative only: the ledger reads the guarantee off the exact curve).
     """
 
     kind: str
@@ -215,6 +234,7 @@ class PrivacyEvent:
     relation: str = "replace-one"
     s: int = 1
     log_constant: float = 1.25
+    calibration: str = ""
 
     def __post_init__(self) -> None:
         _validate.check_choice(self.kind, "kind", KINDS)
@@ -222,16 +242,16 @@ class PrivacyEvent:
 
 jax.tree_util.register_dataclass(
     PrivacyEvent, data_fields=["sensitivity", "scale", "true_sensitivity", "delta"],
-    meta_fields=["kind", "norm", "relation", "s", "log_constant"],
+    meta_fields=["kind", "norm", "relation", "s", "log_constant", "calibration"],
 )
 
 
 def _event(kind: str, stat: BoundedStatistic, scale: Any, delta: Any = 0.0, s: int = 1,
-           log_constant: float = 1.25) -> PrivacyEvent:
+           log_constant: float = 1.25, calibration: str = "") -> PrivacyEvent:
     dt = jnp.result_type(float)
     f = lambda x: jnp.asarray(x, dt)  # noqa: E731
     return PrivacyEvent(kind, f(stat.sensitivity), f(scale), f(stat.true), f(delta), stat.norm,
-                        stat.relation, s, log_constant)
+                        stat.relation, s, log_constant, calibration)
 
 
 def no_privacy_event(norm: str = "l2", relation: str = "replace-one") -> PrivacyEvent:
@@ -389,15 +409,16 @@ def epsilon_constant(kind: str, delta: Any = 0.0, s: int = 1, log_constant: floa
     calibration constant lives. The ledger inverts it, ``epsilon = sensitivity * K / scale``.
 
     * ``"laplace"``: ``K = 1`` (epsilon-DP);
-    * ``"gaussian-classic"``: ``K = sqrt(2 log(c / delta))`` with ``c = log_constant`` (1.25,
-      Dwork & Roth Thm A.1; valid for epsilon <= 1; spec 003 prints ``c = 2``);
+    * ``"gaussian"`` (its classic calibration): ``K = sqrt(2 log(c / delta))`` with
+      ``c = log_constant`` (1.25, Dwork & Roth Thm A.1; proven for epsilon <= 1; spec 003 prints
+      ``c = 2``). The ledger does not invert it: it reads Gaussian releases off the exact curve;
     * ``"noisy-ht"``: ``K = 2 sqrt(3 s log(1 / delta))`` (Dwork, Su & Zhang 2018; spec 000
       Alg 1, spec 003 Alg 3).
     """
     if kind in ("laplace", "discrete-laplace", "ldp-randomizer"):  # pure epsilon-DP kinds
         return 1.0
     xp = _xp(delta)
-    if kind == "gaussian-classic":
+    if kind == "gaussian":
         return xp.sqrt(2.0 * xp.log(log_constant / xp.asarray(delta, dtype=float)))
     if kind == "noisy-ht":
         return 2.0 * xp.sqrt(3.0 * s * xp.log(1.0 / xp.asarray(delta, dtype=float)))
@@ -416,8 +437,117 @@ def gaussian_multiplier_classic(epsilon: Any, delta: Any, log_constant: float = 
     ``log_constant`` is ``c``: 1.25 in the classic statement; spec 003 prints 2.
     """
     xp = _xp(epsilon, delta)
-    return epsilon_constant("gaussian-classic", delta, log_constant=log_constant) / xp.asarray(
+    return epsilon_constant("gaussian", delta, log_constant=log_constant) / xp.asarray(
         epsilon, dtype=float)
+
+
+# Relative safety margins of the float32 analytic calibration: every quantity the bisection
+# compares is widened by more than its float32 rounding error, so the mu it returns satisfies the
+# exact curve (checked in float64 over a grid in tests/test_mechanisms.py); the cost is a noise
+# scale at most ~1e-4 larger than the exact solution's.
+_ANALYTIC_BISECTIONS = 64
+_ANALYTIC_CLOSED_FORM_FROM = 1e3  # above this epsilon, the closed-form sufficient mu
+
+
+def _analytic_mu_jnp(epsilon: jax.Array, delta: jax.Array) -> jax.Array:
+    """The largest ``mu`` (up to a ~1e-4 margin) with ``delta(mu, epsilon) <= delta`` on the
+    exact Gaussian curve, traceable (float32; vmapped levels share one compile)."""
+    from jax.scipy.special import log_ndtr, ndtri
+
+    dt = jnp.result_type(float)
+    eps = jnp.asarray(epsilon, dt)
+    dl = jnp.asarray(delta, dt)
+    finite = jnp.isfinite(eps)
+    e = jnp.where(finite, eps, 1.0)
+    ulp = 4.0 * float(jnp.finfo(dt).eps)
+
+    def conservative_delta(log_mu):
+        mu = jnp.exp(log_mu)
+        la = log_ndtr(mu / 2 - e / mu)
+        lb = e + log_ndtr(-mu / 2 - e / mu)
+        # each term's float32 error: a few ulps of its exponent's magnitude, widened 4x
+        first = jnp.exp(la) * (1 + (jnp.abs(la) + 4) * ulp)
+        second = jnp.exp(lb) * (1 - (jnp.abs(lb) + jnp.abs(e) + 4) * ulp)
+        return first - second
+
+    def body(_, bracket):
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        ok = conservative_delta(mid) <= dl
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    lo0 = jnp.full_like(e, float(np.log(1e-12)))
+    hi0 = jnp.full_like(e, float(np.log(1e5)))
+    lo, _ = jax.lax.fori_loop(0, _ANALYTIC_BISECTIONS, body, (lo0, hi0))
+    mu_bisect = jnp.exp(lo) * (1 - 1e-4)
+    # sufficient: Phi(mu/2 - eps/mu) <= delta alone bounds the curve; tight for large epsilon
+    z = -ndtri(dl) * (1 + 1e-4) + 1e-4
+    mu_closed = (-z + jnp.sqrt(z * z + 2 * e)) * (1 - 1e-5)  # covers mu's own rounding
+    mu = jnp.where(e <= _ANALYTIC_CLOSED_FORM_FROM, mu_bisect, mu_closed)
+    return jnp.where(finite, mu, jnp.inf)
+
+
+def _analytic_mu_host(epsilon: float, delta: float) -> float:
+    from dpjax._gaussian_curve import gaussian_mu_for_epsilon
+
+    if math.isinf(epsilon):
+        return math.inf
+    if epsilon > 1e6:  # the closed-form sufficient mu (see _analytic_mu_jnp)
+        from scipy.special import ndtri
+
+        z = -float(ndtri(delta)) * (1 + 1e-9)
+        return -z + math.sqrt(z * z + 2 * epsilon)
+    return gaussian_mu_for_epsilon(epsilon, delta) * (1 - 1e-9)
+
+
+def gaussian_multiplier_analytic(epsilon: Any, delta: Any) -> Any:
+    """Analytic Gaussian sigma per unit of l2 sensitivity: ``1 / mu`` with ``mu`` the largest
+    value whose Gaussian mechanism is (epsilon, delta)-DP by the exact curve
+    ``Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) <= delta`` (Balle & Wang 2018, Thm 8 and
+    their analytic Gaussian mechanism). Proven at every epsilon; the tightest Gaussian
+    calibration for a single release. Host inputs are solved in float64; array inputs by a
+    float32 bisection that is conservative by construction (a scale at most ~1e-4 larger).
+    ``epsilon = inf`` gives 0.
+    """
+    if _is_host(epsilon, delta):
+        eps, dl = np.broadcast_arrays(np.asarray(epsilon, float), np.asarray(delta, float))
+        mu = np.vectorize(_analytic_mu_host, otypes=[float])(eps, dl)
+        with np.errstate(divide="ignore"):
+            return 1.0 / mu
+    return 1.0 / _analytic_mu_jnp(epsilon, delta)
+
+
+def gaussian_multiplier(epsilon: Any, delta: Any, calibration: str = "classic-or-analytic",
+                        log_constant: float = 1.25) -> Any:
+    """Gaussian sigma per unit of l2 sensitivity for (epsilon, delta)-DP: the one place the
+    calibration is chosen.
+
+    * ``"classic-or-analytic"`` (default): the classic formula where its proof holds
+      (``epsilon <= 1``; the papers' calibration, so reproductions at those budgets keep the
+      printed noise), the analytic one above (where the classic formula is unproven and, from
+      epsilon ~ 7.75 at delta = 5e-4, refuted by the exact curve). Delivers (epsilon, delta)
+      at every epsilon.
+    * ``"analytic"``: :func:`gaussian_multiplier_analytic` at every epsilon (the least noise).
+    * ``"classic"``: :func:`gaussian_multiplier_classic` at every epsilon -- the papers'
+      formula, for reproduction; above epsilon = 1 it is outside its proof and the ledger
+      (the exact curve) says what it really delivers.
+    """
+    _validate.check_choice(calibration, "calibration", GAUSSIAN_CALIBRATIONS)
+    classic = gaussian_multiplier_classic(epsilon, delta, log_constant)
+    if calibration == "classic":
+        return classic
+    analytic = gaussian_multiplier_analytic(epsilon, delta)
+    if calibration == "analytic":
+        return analytic
+    xp = _xp(epsilon, delta)
+    return xp.where(xp.asarray(epsilon) <= 1, classic, analytic)
+
+
+def gaussian_sigma(sensitivity_l2: Any, epsilon: Any, delta: Any,
+                   calibration: str = "classic-or-analytic", log_constant: float = 1.25) -> Any:
+    """Gaussian ``sigma = Delta_2 * gaussian_multiplier(...)`` for (epsilon, delta)-DP."""
+    return noise_scale(sensitivity_l2, gaussian_multiplier(epsilon, delta, calibration,
+                                                           log_constant))
 
 
 def gaussian_multiplier_zcdp(rho: Any) -> Any:
@@ -427,13 +557,55 @@ def gaussian_multiplier_zcdp(rho: Any) -> Any:
     return 1.0 / xp.sqrt(2.0 * xp.asarray(rho, dtype=float))
 
 
-def peeling_multiplier(s: int, epsilon: Any, delta: Any) -> Any:
-    """NoisyHT Laplace scale per unit of l-infinity sensitivity: ``2 sqrt(3 s log(1/delta)) / eps``.
+def _advanced_ratio_bound(r, s: int, log_inv_delta, xp):
+    """:func:`dpjax.accounting.peeling_epsilon`'s advanced-composition bound at ``r = lambda/b``."""
+    sel, rel = 2.0 * r, r
+    return (xp.sqrt(2.0 * log_inv_delta * s * (sel * sel + rel * rel))
+            + s * (sel * xp.expm1(sel) + rel * xp.expm1(rel)))
 
-    Dwork, Su & Zhang (2018); spec 000 Alg 1, spec 003 Alg 3.
+
+def _proven_peeling_ratio(s: int, epsilon: Any, delta: Any) -> Any:
+    """The largest ``r = lambda / b`` whose NoisyHT release is (epsilon, delta)-DP by
+    :func:`dpjax.accounting.peeling_epsilon` (basic or advanced composition), conservative by
+    a relative 1e-5."""
+    host = _is_host(epsilon, delta)
+    xp = np if host else jnp
+    dt = np.float64 if host else jnp.result_type(float)
+    eps = xp.asarray(epsilon, dt)
+    e = xp.where(xp.isfinite(eps), eps, 1.0)
+    lid = xp.log(1.0 / xp.asarray(delta, dt))
+    basic = e / (3.0 * s)
+    lo, hi = xp.zeros_like(e * lid), xp.ones_like(e * lid) * (e + 1.0)  # the bound is >= 2r
+
+    def body(lo, hi):
+        mid = 0.5 * (lo + hi)
+        ok = _advanced_ratio_bound(mid, s, lid, xp) <= e
+        return xp.where(ok, mid, lo), xp.where(ok, hi, mid)
+
+    if host:
+        with np.errstate(over="ignore", invalid="ignore"):
+            for _ in range(80):
+                lo, hi = body(lo, hi)
+    else:
+        lo, hi = jax.lax.fori_loop(0, 80, lambda _, b: body(*b), (lo, hi))
+    return xp.maximum(basic, lo) * (1 - 1e-5)
+
+
+def peeling_multiplier(s: int, epsilon: Any, delta: Any) -> Any:
+    """NoisyHT Laplace scale per unit of l-infinity sensitivity.
+
+    The papers' ``2 sqrt(3 s log(1/delta)) / epsilon`` (Dwork, Su & Zhang 2018; spec 000 Alg 1,
+    spec 003 Alg 3) wherever the ledger's composition bound
+    (:func:`dpjax.accounting.peeling_epsilon`) proves it delivers (epsilon, delta) -- every
+    budget the papers use --, and otherwise the smallest scale that bound proves (a large
+    ``s`` with a large epsilon, where the printed formula's proof does not reach): the
+    requested budget is delivered at every epsilon.
     """
     xp = _xp(epsilon, delta)
-    return epsilon_constant("noisy-ht", delta, s) / xp.asarray(epsilon, dtype=float)
+    paper = epsilon_constant("noisy-ht", delta, s) / xp.asarray(epsilon, dtype=float)
+    proven = 1.0 / _proven_peeling_ratio(s, epsilon, delta)
+    finite = xp.isfinite(xp.asarray(epsilon, dtype=float))
+    return xp.where(finite, xp.maximum(paper, proven), paper)
 
 
 def noise_scale(sensitivity: Any, multiplier: Any) -> Any:
@@ -490,10 +662,68 @@ def gaussian_noise(key: jax.Array, shape: tuple[int, ...], sigma: Any, dtype=jnp
 
 def response_probability(epsilon: Any) -> jax.Array:
     """``e^eps / (e^eps + 1)``: the probability that an eps-DP randomized response keeps the
-    true side (the hemisphere coin of :func:`dpjax.local_randomizers.l2_ball_randomizer`). The
-    one place it is computed, so that an audit's planted under-noising reaches it too
-    (:func:`dpjax.audit.scaled_noise` runs it at ``epsilon / factor``)."""
+    true side, in floating point (for the randomizer's unbiasing scale and for reading; the
+    coin itself is drawn exactly, :func:`randomized_response_bit`)."""
     return jax.nn.sigmoid(jnp.asarray(epsilon))
+
+
+#: bits of the integer comparison that draws a randomized-response coin
+RESPONSE_BITS = 64
+
+
+def response_flip_threshold(epsilon: Any) -> tuple[jax.Array, jax.Array]:
+    """``M = ceil(q * 2^64)`` as two uint32 words ``(M_hi, M_lo)``, for the probability
+    ``q = 1 / (e^eps + 1)`` of reporting the wrong side: :func:`randomized_response_bit` flips
+    exactly when a uniform 64-bit integer is below ``M``, so the implemented flip probability
+    is ``M / 2^64``, with ``q <= M / 2^64 <= 1/2``.
+
+    ``q`` is computed in float32 as ``exp(-softplus(eps))`` and widened by more than its
+    rounding error before rounding up, so ``M / 2^64 >= q`` for every epsilon: the keep/flip
+    odds are at most ``e^eps`` and the coin is eps-DP as claimed (slightly stronger: at most
+    ``2^64 - 1`` to 1, i.e. epsilon <= 44.36, however large the requested epsilon). A float
+    comparison ``uniform < sigmoid(eps)`` is not: ``sigmoid(eps)`` rounds to 1 in float32 from
+    eps = 16.64, where the wrong side is never reported (no privacy at all).
+    """
+    dt = jnp.float32
+    eps = jnp.asarray(epsilon, dt)
+    log_q = -jax.nn.softplus(eps)  # log(1 / (1 + e^eps)), accurate for every eps
+    # exp's relative error is a few ulps of its argument's magnitude: widen by 4x that
+    q = jnp.exp(log_q) * (1 + (jnp.abs(log_q) + 4) * 4 * float(jnp.finfo(dt).eps))
+    x = q * 2.0**32  # exact scaling; q <= 1/2 (x 1.0000x), so x < 2^31 + small
+    hi = jnp.floor(x)
+    lo = jnp.ceil((x - hi) * 2.0**32)  # x - floor(x) is exact in float
+    carry = lo >= 2.0**32
+    hi = jnp.where(carry, hi + 1, hi)
+    lo = jnp.where(carry, 0.0, lo)
+    lo = jnp.where((hi == 0) & (lo == 0), 1.0, lo)  # M >= 1: a flip is always possible
+    # M <= 2^63 (q' <= 1/2): the widening must not make the wrong side the likelier one (at a
+    # tiny epsilon that would break the reverse odds bound e^-eps)
+    over = hi >= 2.0**31
+    hi = jnp.where(over, 2.0**31, hi)
+    lo = jnp.where(over, 0.0, lo)
+    return hi.astype(jnp.uint32), lo.astype(jnp.uint32)
+
+
+def randomized_response_bit(key: jax.Array, epsilon: Any) -> jax.Array:
+    """``True`` (keep the true side) with probability ``1 - M / 2^64``, ``M`` from
+    :func:`response_flip_threshold`: an integer comparison on 64 random bits, so the
+    implemented probability is exactly the one the ledger accounts for (``e^eps`` odds or
+    less) at every epsilon. ``epsilon = inf`` keeps the true side always."""
+    m_hi, m_lo = response_flip_threshold(epsilon)
+    u = jax.random.bits(key, (2,), jnp.uint32)
+    flip = (u[0] < m_hi) | ((u[0] == m_hi) & (u[1] < m_lo))
+    return jnp.logical_or(~flip, jnp.isinf(jnp.asarray(epsilon)))
+
+
+def implemented_flip_probability(epsilon: float):
+    """The exact flip probability ``M / 2^64`` that :func:`randomized_response_bit` implements
+    at a concrete ``epsilon``, as a :class:`fractions.Fraction` (for tests and audits)."""
+    from fractions import Fraction
+
+    if math.isinf(epsilon):
+        return Fraction(0)
+    hi, lo = (int(v) for v in response_flip_threshold(epsilon))
+    return Fraction(hi * 2**32 + lo, 2**RESPONSE_BITS)
 
 
 def _require_norm(stat: BoundedStatistic, norm: str, mechanism: str) -> None:
@@ -632,14 +862,23 @@ def gaussian_mechanism(
     epsilon: Any,
     delta: Any,
     log_constant: float = 1.25,
+    calibration: str = "classic-or-analytic",
 ) -> tuple[jax.Array, PrivacyEvent]:
-    """Classic Gaussian mechanism: (epsilon, delta)-DP for epsilon <= 1 under ``stat.relation``.
+    """Gaussian mechanism for (epsilon, delta)-DP under ``stat.relation``.
 
-    Returns the noisy value and its :class:`PrivacyEvent`.
+    ``sigma = Delta_2 * gaussian_multiplier(epsilon, delta, calibration)``: by default the
+    classic formula for ``epsilon <= 1`` and the analytic (exact-curve) calibration above, so
+    the requested budget is delivered at every epsilon; ``calibration="classic"`` is the
+    papers' formula at every epsilon (its ledger then says what the exact curve gives).
+    ``log_constant`` is the classic formula's ``c``.
+
+    Returns the noisy value and its :class:`PrivacyEvent` (kind ``"gaussian"``).
     """
+    _validate.check_choice(calibration, "calibration", GAUSSIAN_CALIBRATIONS)
     return _release(key, stat, "l2", "gaussian_mechanism",
-                    lambda sens: gaussian_sigma_classic(sens, epsilon, delta, log_constant),
-                    gaussian_noise, "gaussian-classic", delta=delta, log_constant=log_constant)
+                    lambda sens: gaussian_sigma(sens, epsilon, delta, calibration, log_constant),
+                    gaussian_noise, "gaussian", delta=delta, log_constant=log_constant,
+                    calibration=calibration)
 
 
 def gaussian_mechanism_zcdp(
@@ -765,7 +1004,8 @@ def local_mechanism(key: jax.Array, stat: BoundedStatistic, mechanism, *budget: 
 # issue 5 (DP GLMs, spec 003)
 # --------------------------------------------------------------------------------------------
 
-__all__ += ["response_probability", "with_sensitivity_margin"]
+__all__ += ["RESPONSE_BITS", "implemented_flip_probability", "randomized_response_bit",
+            "response_flip_threshold", "response_probability", "with_sensitivity_margin"]
 
 
 def with_sensitivity_margin(stat: BoundedStatistic, margin: Any) -> BoundedStatistic:

@@ -727,7 +727,6 @@ def _check_data(x: Any) -> jax.Array:
 def _check_budget(epsilon: Any, delta: Any, tau: Any, zeta: Any) -> None:
     if _is_concrete(epsilon):
         _validate.check_epsilon(epsilon)
-        _validate.warn_classic_gaussian(epsilon, stacklevel=4)
     if _is_concrete(delta):
         _validate.check_delta(delta)
     if _is_concrete(tau):

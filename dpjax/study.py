@@ -23,6 +23,7 @@ import numpy as np
 
 from dpjax import results, sweep
 from dpjax._validate import ConfigError
+from dpjax.accounting import check_delivers
 from dpjax.config import Config, make_config
 from dpjax.sweep import Setting
 
@@ -364,6 +365,7 @@ def _ledger(setting: Setting, level: Mapping[str, float], index: int,
     ledgers = [fn(setting.n, hp, jax.tree_util.tree_unflatten(
         treedef, [np.asarray(x[r, index]) for x in leaves])) for r in sorted(first)]
     worst = max(ledgers, key=lambda led: led.approx_dp.epsilon)
+    check_delivers(worst)
     out = worst.to_dict()
     if len(ledgers) > 1:
         out["notes"].append(f"the repetitions drew {len(ledgers)} different event sequences "

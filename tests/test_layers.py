@@ -16,7 +16,7 @@ DOC = ROOT / "docs" / "architecture.md"
 # Bottom to top. A module may import from its own group and from lower layers only; an import
 # between two groups of one layer must be listed in SAME_LAYER with its reason.
 LAYERS = [
-    {"_validate", "_cpu_prng"},
+    {"_validate", "_cpu_prng", "_gaussian_curve"},
     {"mechanisms", "discrete_noise"},
     {"accounting", "local_randomizers", "robust_mean"},
     {"models"},

@@ -272,8 +272,6 @@ def _ledger(
     release = Release.from_event(
         events[0], f"beta^t + eta*f_T(grad Q_n0(beta^t; beta^t)) on batch t; sensitivity "
         f"{formula}", data)
-    if privatiser == "gaussian" and math.isfinite(eps) and eps > 1:
-        notes.append("classic Gaussian calibration with epsilon > 1 is outside its proof")
     if release.sensitivity_ratio != 1.0:
         notes.append(f"true/declared sensitivity = {release.sensitivity_ratio:g}: the delivered "
                      "guarantee uses the true one")
@@ -326,7 +324,6 @@ def _fit(
         estimator = hd_dp_em(model, s_hat, N0)
     elif privatiser == "gaussian":
         estimator = ld_dp_em(model, N0)
-        _validate.warn_classic_gaussian(eps, stacklevel=4)
     elif privatiser == "top-s":
         estimator = truncated_em(model, s_hat, N0, sample_splitting)
     else:

@@ -562,10 +562,6 @@ def fit_dp_glm(
     key, data, n, T, eps, delta, eta, R, beta0, b, _ = _prepare(
         key, data, model, epsilon, num_iterations, delta=delta, eta=eta, truncation=truncation,
         beta0=beta0, b_constant=b_constant, on_invalid=on_invalid)
-    if calibration == "paper":
-        _validate.warn_classic_gaussian(eps / T, stacklevel=3)
-    elif calibration == "unsplit":
-        _validate.warn_classic_gaussian(eps, stacklevel=3)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration=calibration)
     return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n, secure=secure)
 

@@ -52,7 +52,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import registry
-from dpjax.accounting import ApproxDP, Ledger, Release, compose_basic, compose_parallel
+from dpjax.accounting import (
+    GAUSSIAN_CURVE_NOTE,
+    ApproxDP,
+    Ledger,
+    Release,
+    compose_basic,
+    compose_parallel,
+)
 from dpjax.base import Estimator, fit
 from dpjax.local_randomizers import (
     l2_ball_mechanism,
@@ -330,8 +337,7 @@ def _nldp_ledger(name: str, cov: str):
         guarantee = compose_parallel(per_user)
         notes = ["local DP: each user's own guarantee (two Gaussian releases, basic "
                  "composition); users are disjoint, so nothing composes across users"]
-        if 1 < eps / 2 < math.inf:
-            notes.append("classic Gaussian calibration at eps/2 > 1: outside its proof")
+        notes.append(GAUSSIAN_CURVE_NOTE)
         if cov == "paper":
             notes.append("covariance range 2 r^2 as in the paper (exact sup sqrt(2) r^2: "
                          "over-noised by sqrt(2))")
@@ -509,8 +515,6 @@ def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
         if release == "alg1-copy":
             notes.append("noise of Algorithm 1's cross term (eps/2, delta/2): the guarantee "
                          "delivered is stronger than requested")
-        if 1 < eps * share < math.inf:
-            notes.append("classic Gaussian calibration above epsilon = 1: outside its proof")
         return Ledger.build(name, [rel], "basic", relation="local",
                             requested=ApproxDP(eps, delta), notes=notes)
 
