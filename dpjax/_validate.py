@@ -30,6 +30,7 @@ __all__ = [
     "check_delta",
     "check_epsilon",
     "check_int_in_range",
+    "check_noise_inputs",
     "check_positive",
     "check_rho",
     "check_start",
@@ -242,6 +243,35 @@ def check_start(beta0: Any, d: int, s: int | None = None, s_name: str = "s") -> 
     if s is not None and nnz > s:
         raise ValueError(f"beta0 must have at most {s_name} = {s} non-zeros; it has {nnz}")
     return beta0
+
+
+def check_noise_inputs(name: str, value: Any, sensitivity: Any, total_bound: Any,
+                       dtype: Any = np.float32) -> None:
+    """Refuse a private level whose noise would silently degenerate, before anything runs.
+
+    A check on public values only (it leaks nothing): ``sensitivity`` is the one the noise of
+    the release is calibrated from, ``total_bound`` the largest magnitude the privatised
+    statistic can reach (e.g. ``n`` times the per-record bound of a sum). In ``dtype`` (where
+    the kernels compute), a sensitivity that is zero, subnormal (XLA on CPU flushes it, and
+    the noise scale with it, to zero) or not finite means no noise or no bound, and a total
+    beyond the dtype's maximum makes the statistic overflow. ``name`` and ``value`` are the
+    hyperparameter the user set, named in the message.
+    """
+    fi = np.finfo(dtype)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        sens = np.asarray(sensitivity, np.float64)
+        total = np.asarray(total_bound, np.float64)
+    if not (np.isfinite(sens).all() and (sens >= fi.tiny).all()):
+        raise ValueError(
+            f"{name} = {_show(np.asarray(value, np.float64))} gives a sensitivity of "
+            f"{_show(sens)}, zero or subnormal in {np.dtype(dtype).name} (smallest normal "
+            f"{float(fi.tiny):g}): the noise calibrated from it would be zero and the release "
+            f"not private; raise {name}")
+    if not (total <= float(fi.max)).all():
+        raise ValueError(
+            f"{name} = {_show(np.asarray(value, np.float64))} lets the privatised statistic "
+            f"reach {_show(total)}, beyond the largest {np.dtype(dtype).name} "
+            f"({float(fi.max):g}): it would overflow; lower {name}")
 
 
 def _show(arr: np.ndarray) -> str:

@@ -316,8 +316,13 @@ def _secure_ledger(estimator, n, hparams, events, grid):
     if float_kinds:
         raise ValueError(f"secure=True: {estimator.name} released through {float_kinds}, which "
                          "has no floating-point-safe path; use the default noise path")
-    disjoint = estimator.batching == "disjoint"
-    data = "disjoint batch" if disjoint else f"full data ({n} records)"
+    # Parallel composition across steps where no record enters two steps' releases: disjoint
+    # batches, or local DP, where each user reports once, in its own round (every local
+    # estimator of dpjax is built so; its float ledger composes in parallel too)
+    local = all(e.relation == "local" for e in events)
+    disjoint = estimator.batching == "disjoint" or local
+    data = ("each user once, in its own round" if local else "disjoint batch" if disjoint
+            else f"full data ({n} records)")
     releases = [Release.from_event(e, f"release {i + 1} of each step (integer noise on a "
                                       "public grid)", data) for i, e in enumerate(events)]
     if disjoint and len(releases) == 1:
@@ -329,5 +334,6 @@ def _secure_ledger(estimator, n, hparams, events, grid):
         else f"{grid:g}"
     notes = [f"floating-point-safe path: integer noise on a public grid ({grid_note}); the "
              "sensitivities are of the rounded statistics, in grid units"]
-    return Ledger.build(estimator.name, releases, composition,
+    return Ledger.build(estimator.name, releases, composition, relation="local" if local
+                        else "replace-one",
                         delta=delta if composition != "basic" else None, notes=notes)

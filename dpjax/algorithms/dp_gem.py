@@ -84,7 +84,7 @@ from dpjax.mechanisms import (
     local_mechanism,
 )
 from dpjax.models.protocol import EMModel
-from dpjax.robust_mean import local_scores, robust_mean_statistic
+from dpjax.robust_mean import PHI_MAX, local_scores, robust_mean_statistic
 
 __all__ = [
     "ClippedGEMHyperparams",
@@ -617,8 +617,11 @@ def _f32(*values: Any) -> list[np.ndarray]:
     return [np.asarray(v, dtype=np.float32) for v in values]
 
 
-def _robust_fields(eps: float, tau: Any, zeta: Any, s_rule: str, s: Any) -> list[np.ndarray]:
-    """``(tau, zeta, s)`` of Algorithms 2 and 3, validated (``s`` NaN unless explicit)."""
+def _robust_fields(eps: float, tau: Any, zeta: Any, s_rule: str, s: Any, n: int,
+                   local: bool = False) -> list[np.ndarray]:
+    """``(tau, zeta, s)`` of Algorithms 2 and 3, validated (``s`` NaN unless explicit). An
+    explicit ``s`` whose score range ``2 PHI_MAX s`` (divided by ``n`` for a central mean) is
+    zero or subnormal in float32, or whose sum of ``n`` scores overflows, is refused."""
     if s_rule not in S_RULES:
         raise ValueError(f"s_rule must be one of {S_RULES}; got {s_rule!r}")
     _validate.check_positive(tau, "tau")
@@ -629,6 +632,10 @@ def _robust_fields(eps: float, tau: Any, zeta: Any, s_rule: str, s: Any) -> list
         if s is None:
             raise ValueError("s_rule='explicit' needs s")
         s_val = float(_validate.check_truncation(s, eps, "s"))
+        if math.isfinite(eps):
+            bound = PHI_MAX * s_val  # one score's bound: psi_bound(s)
+            _validate.check_noise_inputs("s", s_val, 2 * bound / (1 if local else n),
+                                         bound if local else n * bound)
     else:
         if s is not None:
             raise ValueError("s is only read with s_rule='explicit'")
@@ -668,7 +675,7 @@ def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta
         hp: Any = ClippedGEMHyperparams(*_f32(eps, dl, eta, c))
         return fit(clipped_gem(model, num_iterations), key, data, beta0, hp, n=n)
     fields = _robust_fields(eps, options["tau"], options["zeta"], options["s_rule"],
-                            options["s"])
+                            options["s"], n)
     if kind == "exact_m":
         est = dp_exact_em(model, num_iterations, options["s_rule"])
         return fit(est, key, data, beta0, DPEMExactHyperparams(*_f32(eps, dl), *fields), n=n)
@@ -767,7 +774,7 @@ def fit_ldp_gem(
     if s_rule not in LDP_S_RULES:
         raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
     fields = _robust_fields(eps, tau, zeta, "explicit" if s_rule == "explicit" else
-                            "sigma_consistent", s)
+                            "sigma_consistent", s, n, local=True)
     est = ldp_gem(model, num_iterations, s_rule)
     return fit(est, key, data, beta0, LDPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n)
 
