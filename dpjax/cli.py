@@ -2,7 +2,7 @@
 
 ``dpjax list``                      the experiments
 ``dpjax run NAME --out DIR [...]``  run one (resumable; see ``dpjax run --help``)
-``dpjax plot NAME --out DIR``       redraw the figure of a finished run
+``dpjax plot [NAME] --out DIR``     redraw the figure of a finished run
 ``dpjax demo``                      a short example fit with its privacy ledger
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+import typing
 
-__all__ = ["main", "enable_compile_cache"]
+__all__ = ["UsageError", "enable_compile_cache", "fail", "main"]
 
 
 def enable_compile_cache(cache_dir: str | None = None) -> str:
@@ -63,6 +64,23 @@ def set_cpu_devices(count: int = 0) -> int | None:
     return int(count)
 
 
+class UsageError(Exception):
+    """A command-line mistake, reported as one line ``dpjax: error: ...`` with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose errors are one line (not the usage block) and return status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def fail(message: object) -> int:
+    """Print ``dpjax: error: MESSAGE`` as one line on stderr; returns the exit status 2."""
+    print(f"dpjax: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
+
+
 def _experiments():
     try:
         import dpjax.experiments as experiments
@@ -79,6 +97,19 @@ def _find(name: str):
     """Experiment ``name`` from its own module when it has one, else from the registry."""
     exp = _experiments().find(name, fallback=False)
     return exp if exp is not None else _registry().get(name)
+
+
+def _unknown_experiment(name: str) -> str:
+    names = sorted(_registry())
+    from dpjax.config import _either, near
+
+    close = near(name, names)
+    if close:
+
+        hint = f"did you mean {_either(close)}? ('dpjax list' shows them all)"
+    else:
+        hint = f"'dpjax list' shows the {len(names)} experiments"
+    return f"unknown experiment {name!r}; {hint}"
 
 
 def _parse_set(items: list[str]) -> dict[str, str]:
@@ -103,13 +134,19 @@ def _experiment_help(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["demo"]:  # the demo parses its own options (and its own --help)
-        from dpjax import demo as demo_mod
+    """Run the ``dpjax`` command; returns the exit status (2: the user's mistake, reported as
+    one line ``dpjax: error: ...`` on stderr, with no traceback)."""
+    from dpjax._validate import ConfigError
 
-        demo_mod.main(argv[1:])
-        return 0
-    parser = argparse.ArgumentParser(prog="dpjax", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(argv)
+    except (UsageError, ConfigError) as exc:
+        return fail(exc)
+
+
+def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = _Parser(prog="dpjax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the experiments")
     run = sub.add_parser("run", help="run an experiment and write its results files",
@@ -118,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("name", help="experiment name (see 'dpjax list')")
     run.add_argument("--out", required=True, help="output directory (a rerun resumes there)")
     run.add_argument("--reps", type=int, default=None, help="number of repetitions")
-    run.add_argument("--seed", type=int, default=0, help="study seed (default 0)")
+    run.add_argument("--seed", type=int, default=0, help="study seed, >= 0 (default 0)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a configuration value (repeatable; 'dpjax run NAME "
                      "--help' lists the settings of NAME)")
@@ -140,11 +177,24 @@ def main(argv: list[str] | None = None) -> int:
                      help="do not use JAX's persistent compilation cache (default: on, in "
                      "$JAX_COMPILATION_CACHE_DIR or ~/.cache/dpjax/jax)")
     replot = sub.add_parser("plot", help="redraw figure.png of a finished run from its CSV files")
-    replot.add_argument("name")
-    replot.add_argument("--out", required=True)
+    replot.add_argument("name", nargs="?", default=None,
+                        help="the experiment (optional: read from DIR/config.json; if given, "
+                        "it must agree)")
+    replot.add_argument("--out", required=True, metavar="DIR",
+                        help="the output directory of a finished 'dpjax run'")
     sub.add_parser("demo", help="fit one estimator and print its privacy ledger "
                    "('dpjax demo --help')")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: list[str]) -> int:
+    from dpjax._validate import ConfigError
+
+    if argv[:1] == ["demo"]:  # the demo parses its own options (and its own --help)
+        from dpjax import demo as demo_mod
+
+        return demo_mod.main(argv[1:])
+    args = _build_parser(argv).parse_args(argv)
     if args.command == "list":
         reg = _registry()
         width = max(len(n) for n in reg)
@@ -153,42 +203,54 @@ def main(argv: list[str] | None = None) -> int:
             if exp.description:
                 print(textwrap.indent(textwrap.fill(exp.description, 88), " " * (width + 2)))
         return 0
+    if args.command == "plot":
+        return _plot(args.name, args.out)
 
-    if args.command == "run":
-        if args.cpu_devices < 0:
-            print(f"dpjax: error: --cpu-devices must be >= 0 (0: one per core); got "
-                  f"{args.cpu_devices}", file=sys.stderr)
-            return 2
+    if args.cpu_devices < 0:
+        raise ConfigError(f"--cpu-devices must be >= 0 (0: one per core); got "
+                          f"{args.cpu_devices}")
+    if args.seed < 0:
+        raise ConfigError(f"--seed must be >= 0; got {args.seed}")
     exp = _find(args.name)
-    if args.command == "run":
-        set_cpu_devices(args.cpu_devices)
-        if args.no_compile_cache:  # also overrides JAX_COMPILATION_CACHE_DIR, which jax reads
-            import jax
-
-            jax.config.update("jax_enable_compilation_cache", False)
-        else:
-            enable_compile_cache()
-    from dpjax.study import ConfigError, replot, run_experiment
-
     if exp is None:
-        print(f"dpjax: error: unknown experiment {args.name!r}; available: "
-              f"{', '.join(sorted(_registry()))}", file=sys.stderr)
-        return 2
-    try:
-        if args.command == "plot":
-            print(f"wrote {replot(exp, args.out)}")
-            return 0
-        out = run_experiment(
-            exp, args.out, reps=args.reps, seed=args.seed,
-            overrides=_parse_set(args.set), chunk_size=args.chunk_size, quick=args.quick,
-            progress=not args.no_progress, data_mode=args.data_mode,
-            memory_budget_gb=args.memory_budget,
-        )
-    except ConfigError as exc:
-        print(f"dpjax: error: {exc}", file=sys.stderr)
-        return 2
+        raise ConfigError(_unknown_experiment(args.name))
+    overrides = _parse_set(args.set)
+    set_cpu_devices(args.cpu_devices)
+    if args.no_compile_cache:  # also overrides JAX_COMPILATION_CACHE_DIR, which jax reads
+        import jax
+
+        jax.config.update("jax_enable_compilation_cache", False)
+    else:
+        enable_compile_cache()
+    from dpjax.study import run_experiment
+
+    out = run_experiment(
+        exp, args.out, reps=args.reps, seed=args.seed,
+        overrides=overrides, chunk_size=args.chunk_size, quick=args.quick,
+        progress=not args.no_progress, data_mode=args.data_mode,
+        memory_budget_gb=args.memory_budget,
+    )
     print(f"wrote {out.out_dir}/results.csv, summary.csv, iterations.csv, config.json"
           + (", figure.png" if exp.plot is not None else ""))
+    return 0
+
+
+def _plot(name: str | None, out_dir: str) -> int:
+    """``dpjax plot [NAME] --out DIR``: the experiment is the one DIR/config.json names."""
+    from dpjax._validate import ConfigError
+    from dpjax.study import read_run, replot
+
+    if name is not None and _find(name) is None:
+        raise ConfigError(_unknown_experiment(name))
+    saved = read_run(out_dir)["experiment"]
+    if name is not None and name != saved:
+        raise ConfigError(f"--out {out_dir} holds a run of {saved}, not {name} (its "
+                          f"config.json says so); 'dpjax plot --out {out_dir}' redraws it")
+    exp = _find(saved)
+    if exp is None:
+        raise ConfigError(f"--out {out_dir}: its config.json names experiment {saved!r}, "
+                          "which this version of dpjax does not have")
+    print(f"wrote {replot(exp, out_dir)}")
     return 0
 
 

@@ -26,8 +26,10 @@ A configuration is also a read-only mapping (``c["n_base"]``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
+import re
 import textwrap
 import typing
 from collections.abc import Iterator, Mapping
@@ -217,6 +219,25 @@ class FieldInfo:
         return tuple(self._coerce_one(v, got) for v in value)
 
 
+def near(name: str, names: typing.Iterable[str], n: int = 3) -> list[str]:
+    """The (at most ``n``) names closest to a mistyped ``name``, best first (ties in
+    alphabetical order), within 0.1 of the best similarity ratio (difflib's, at least 0.6):
+    "did you mean" for experiments and settings."""
+    scored = []
+    for other in names:
+        m = difflib.SequenceMatcher(None, name, other)
+        if m.real_quick_ratio() >= 0.6 and m.quick_ratio() >= 0.6 and m.ratio() >= 0.6:
+            scored.append((-m.ratio(), other))
+    scored.sort()
+    # the clear favourites only: glm_fig -> glm_fig1, glm_fig2, not also gem_fig1
+    return [other for score, other in scored[:n] if score <= scored[0][0] + 0.1]
+
+
+def _either(names: typing.Sequence[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 def _simple(v: Any) -> bool:
     return isinstance(v, (bool, int, float, str))
 
@@ -290,14 +311,46 @@ class Config(Mapping[str, Any]):
         other values are checked as they are (lists become tuples)."""
         names = _names_of(type(self))
         changes: dict[str, Any] = {}
+        given: dict[str, str] = {}  # as the user wrote it, for the messages
         for name, value in overrides.items():
             if name not in names:
-                which = f" for experiment {experiment!r}" if experiment else ""
-                raise ConfigError(f"--set {name}: unknown setting{which}; valid settings: "
-                                  f"{', '.join(sorted(names))}")
+                raise self.unknown_setting(name, experiment)
             info = self.field(name)
             changes[name] = info.coerce(info.parse(value) if isinstance(value, str) else value)
-        return dataclasses.replace(self, **changes)
+            given[name] = value.strip() if isinstance(value, str) else info.show(changes[name])
+        try:
+            return dataclasses.replace(self, **changes)
+        except ConfigError as exc:  # from check(): blame what the user changed
+            raise self._blame(exc, given) from None
+
+    @classmethod
+    def unknown_setting(cls, name: str, experiment: str = "") -> ConfigError:
+        """The error for ``--set name=...`` where ``name`` is no field: the close names
+        ("did you mean"), else every valid one."""
+        names = _names_of(cls)
+        which = f" for experiment {experiment!r}" if experiment else ""
+        close = [n for n in names if n.lower() == name.lower()]  # t_grid for T_grid
+        close = close or near(name, names) or [
+            n for n in names if len(name) >= 2 and n.startswith(name)][:3]  # eps: eps_grid
+        valid = f"valid settings: {', '.join(sorted(names))}"
+        if close:
+            valid = f"did you mean {_either(close)}? ({valid})"
+        return ConfigError(f"--set {name}: unknown setting{which}; {valid}")
+
+    def _blame(self, exc: ConfigError, given: Mapping[str, str]) -> ConfigError:
+        """A :meth:`check` error names the setting its rule is about (``--set NAME: ...``);
+        when the user did not change that one, lead with the settings the user did change
+        (those the rule mentions, else all), and show the unchanged one's value."""
+        m = re.match(r"--set (\w+): (.*)", str(exc), re.S)
+        if not given or m is None or m.group(1) in given or m.group(1) not in _names_of(
+                type(self)):
+            return exc
+        named, rest = m.groups()
+        culprits = [n for n in given if re.search(rf"\b{re.escape(n)}\b", rest)] or list(given)
+        user = ", ".join(f"--set {n}={given[n]}" for n in culprits)
+        value = self.field(named).show(getattr(self, named))
+        return ConfigError(f"{user}: conflicts with {named}={value}, which was left unchanged; "
+                           f"{named}: {rest}")
 
     def help_text(self, quick: Config | None = None, width: int = 88) -> str:
         """Every setting with its type and range, its default (and ``--quick`` value where

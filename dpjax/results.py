@@ -210,7 +210,8 @@ class ChunkStore:
     to ``NAME.corrupt`` and computed again; it is never used.
     """
 
-    def __init__(self, out_dir: str | os.PathLike, fingerprint: str) -> None:
+    def __init__(self, out_dir: str | os.PathLike, fingerprint: str,
+                 identity: Mapping[str, Any] | None = None) -> None:
         self.root = Path(out_dir) / "chunks"
         self.fingerprint = fingerprint
         self.bounds: dict[tuple[str, int], tuple[int, int]] = {}
@@ -222,14 +223,21 @@ class ChunkStore:
         except OSError as exc:
             raise _storage_error(self.root, exc) from exc
         marker = self.root / "fingerprint.txt"
+        described = self.root / "identity.json"
         if marker.exists():
             old = marker.read_text().strip()
             if old != fingerprint:
+                changes = _identity_changes(_read_identity(Path(out_dir)), identity)
+                what = "; ".join(changes) if changes else f"fingerprint {old} != {fingerprint}"
                 raise _user_error(
-                    f"{out_dir} holds results of a different configuration (fingerprint {old} "
-                    f"!= {fingerprint}); choose another --out directory or delete it"
+                    f"--out {out_dir} holds results of a different configuration ({what}); "
+                    "rerun with the same settings to resume, or choose another --out directory "
+                    "(or delete this one)"
                 )
         else:
+            if identity is not None:  # what the fingerprint hashes, to name what differs
+                _atomic_write_text(described, json.dumps(identity, indent=1, default=str)
+                                   + "\n")
             _atomic_write_text(marker, fingerprint + "\n")
         if self._primary:  # temporary files of a killed run: never a completed chunk
             stale = [*self.root.glob("*.tmp"), *self.root.glob("*/*.tmp")]
@@ -315,6 +323,50 @@ class ChunkStore:
             )
 
 
+def _read_identity(out_dir: Path) -> Mapping[str, Any] | None:
+    """What an earlier run in ``out_dir`` was (experiment, config, seed): from
+    ``chunks/identity.json``, else from a finished run's ``config.json``."""
+    for path in (out_dir / "chunks" / "identity.json", out_dir / "config.json"):
+        try:
+            obj = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("config"), dict):
+            return obj
+    return None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(_show(v) for v in value) if value else "(empty)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _identity_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+                      limit: int = 8) -> list[str]:
+    """``name: old -> new`` for each setting (and the seed) that differs between two runs."""
+    if old is None or new is None:
+        return []
+    new = json.loads(json.dumps(new, default=str))  # tuples as lists, as stored
+    if old.get("experiment") != new.get("experiment"):
+        return [f"a run of {old.get('experiment')}, not {new.get('experiment')}"]
+    out = []
+    if old.get("seed") != new.get("seed"):
+        out.append(f"--seed: {old.get('seed')} -> {new.get('seed')}")
+    before, after = old["config"], new.get("config", {})
+    missing = object()
+    for name in dict.fromkeys([*after, *before]):
+        a, b = before.get(name, missing), after.get(name, missing)
+        if a != b:
+            out.append(f"{name}: {'(none)' if a is missing else _show(a)} -> "
+                       f"{'(none)' if b is missing else _show(b)}")
+    if len(out) > limit:
+        out[limit:] = [f"and {len(out) - limit} more"]
+    return out
+
+
 def fingerprint(obj: Any) -> str:
     """A short hash of a JSON-serialisable object (sorted keys)."""
     blob = json.dumps(obj, sort_keys=True, default=str).encode()
@@ -365,6 +417,10 @@ def _atomic_write(path: Path, write: Callable[[IO[Any]], None], text: bool = Fal
     except OSError as exc:
         raise _storage_error(path, exc, hint) from exc
     try:
+        # mkstemp creates the file 0600; give it the mode open() would (0666 less the umask),
+        # so results files are as readable as figure.png
+        with contextlib.suppress(OSError, AttributeError):
+            os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w" if text else "wb", **({"newline": ""} if text else {})) as f:
             write(f)
             f.flush()
@@ -377,6 +433,21 @@ def _atomic_write(path: Path, write: Callable[[IO[Any]], None], text: bool = Fal
         if isinstance(exc, OSError) and not isinstance(exc, StorageError):
             raise _storage_error(path, exc, hint) from exc
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the platform allows (Linux: from
+    /proc; elsewhere set and restored at once)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _atomic_write_text(path: Path, text: str) -> None:

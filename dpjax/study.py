@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -31,6 +32,8 @@ __all__ = [
     "ConfigError",
     "Experiment",
     "StudyOutput",
+    "read_run",
+    "replot",
     "resolve_config",
     "run_experiment",
 ]
@@ -108,7 +111,47 @@ def resolve_config(
     or typed values), validated: raises :class:`ConfigError` naming the setting and its
     allowed values."""
     base = experiment.quick if quick and experiment.quick is not None else experiment.defaults
-    return base.with_overrides(overrides or {}, experiment=experiment.name)
+    try:
+        return base.with_overrides(overrides or {}, experiment=experiment.name)
+    except ConfigError as exc:
+        note = _inf_note(experiment, base, overrides or {}, str(exc))
+        if note is None:
+            raise
+        raise ConfigError(f"{exc}; {note}") from None
+
+
+_BUDGET = re.compile(r"(eps|epsilon|rho)(\d|_|$)")
+
+
+def _inf_note(experiment: Experiment, base: Config, overrides: Mapping[str, Any],
+              message: str) -> str | None:
+    """Why a privacy level of inf is refused, where the study runs the non-private limit
+    anyway (read off its settings: some level has epsilon or rho = inf)."""
+    names = set(base)
+    for name, value in overrides.items():
+        if (name not in names or not _BUDGET.match(name) or base.field(name).con.allow_inf
+                or not message.startswith(f"--set {name}:")):
+            continue
+        values = value.split(",") if isinstance(value, str) else (
+            value if isinstance(value, (list, tuple)) else [value])
+        if not any(_is_inf(v) for v in values):
+            continue
+        try:
+            levels = [lv for s in experiment.settings(base) for lv in s.levels]
+        except Exception:  # noqa: BLE001 - only a hint; the error itself stands
+            return None
+        if any(math.isinf(float(lv.get(k, 0.0))) for lv in levels for k in ("epsilon", "rho")):
+            return (f"{experiment.name} always runs the non-private limit (epsilon = inf) "
+                    "beside the private levels: leave inf out")
+        return None
+    return None
+
+
+def _is_inf(value: Any) -> bool:
+    try:
+        return math.isinf(float(value.strip() if isinstance(value, str) else value))
+    except (TypeError, ValueError):
+        return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,6 +283,8 @@ def run_experiment(
     reps = (experiment.quick_reps if quick else experiment.reps) if reps is None else reps
     if reps < 1:
         raise ConfigError(f"--reps must be >= 1; got {reps}")
+    if not 0 <= seed < 2**63:
+        raise ConfigError(f"--seed must be an integer in [0, 2^63); got {seed}")
     if chunk_size is not None and chunk_size < 1:
         raise ConfigError(f"--chunk-size must be >= 1; got {chunk_size}")
     if memory_budget_gb is None:
@@ -275,17 +320,54 @@ def run_experiment(
     return StudyOutput(out, rows, iter_rows, summary, meta, traces)
 
 
-def replot(experiment: Experiment, out_dir: str | os.PathLike) -> Path:
-    """Draw ``figure.png`` again from the CSV files of a finished run (no recomputation)."""
+def read_run(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """``config.json`` of a finished run in ``out_dir`` (it names the experiment and holds its
+    configuration); a :class:`ConfigError` naming ``--out`` when there is none to read."""
     import json
 
     out = Path(out_dir)
+    path = out / "config.json"
+    if not out.is_dir():
+        raise ConfigError(f"--out {out}: no such directory")
+    if not path.is_file():
+        raise ConfigError(f"--out {out}: no config.json there (not the folder of a finished "
+                          "'dpjax run')")
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"--out {out}: cannot read config.json ({exc})") from None
+    if (not isinstance(meta, dict) or not isinstance(meta.get("experiment"), str)
+            or not isinstance(meta.get("config"), dict)):
+        raise ConfigError(f"--out {out}: config.json names no experiment and configuration "
+                          "(not written by 'dpjax run')")
+    return meta
+
+
+def replot(experiment: Experiment, out_dir: str | os.PathLike) -> Path:
+    """Draw ``figure.png`` again from the CSV files of a finished run (no recomputation), with
+    the configuration its ``config.json`` records. Raises :class:`ConfigError` when
+    ``out_dir`` holds no finished run of ``experiment``."""
+    out = Path(out_dir)
+    meta = read_run(out)
+    if meta["experiment"] != experiment.name:
+        raise ConfigError(f"--out {out} holds a run of {meta['experiment']}, not "
+                          f"{experiment.name} (its config.json says so); 'dpjax plot --out "
+                          f"{out}' redraws it")
     if experiment.plot is None:
-        raise ValueError(f"experiment {experiment.name!r} has no figure")
-    saved = json.loads((out / "config.json").read_text())["config"]
-    config = experiment.defaults.with_overrides(saved, experiment=experiment.name)
-    experiment.plot(results.read_csv(out / "iterations.csv"), results.read_csv(out / "summary.csv"),
-                    config, out / "figure.png")
+        raise ConfigError(f"experiment {experiment.name} has no figure")
+    try:
+        config = experiment.defaults.with_overrides(meta["config"], experiment=experiment.name)
+    except ConfigError as exc:
+        detail = str(exc).removeprefix("--set ")
+        raise ConfigError(f"--out {out}: its config.json does not fit {experiment.name} as this "
+                          f"version of dpjax defines it ({detail})") from None
+    tables = []
+    for name in ("iterations.csv", "summary.csv"):
+        if not (out / name).is_file():
+            raise ConfigError(f"--out {out}: {name} is missing; run the experiment again with "
+                              "'dpjax run' to write it")
+        tables.append(results.read_csv(out / name))
+    experiment.plot(*tables, config, out / "figure.png")
     return out / "figure.png"
 
 
@@ -302,7 +384,9 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     )
     _check_memory(settings)
     _make_out_dir(out)
-    store = results.ChunkStore(out, fp)  # refuses another configuration's directory
+    # refuses another configuration's directory, naming the settings that differ
+    store = results.ChunkStore(out, fp, identity={
+        "experiment": experiment.name, "config": config.to_dict(), "seed": seed})
     total = reps * len(settings)
     show = progress and jax.process_index() == 0
     bar = sweep.default_progress(total, experiment.name) if show else None

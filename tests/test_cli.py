@@ -133,9 +133,10 @@ BAD_INPUTS = [
     # rho: non-positive, inf, unpaired
     ("iv_fig3", ["--set", "rho2_grid=9,5,0"],
      f"--set rho2_grid: must be {LIST} finite numbers > 0; got 9.0,5.0,0.0"),
+    # a rule across settings names the one the user passed first, then the unchanged one
     ("iv_fig3", ["--set", "rho1_grid=1,5"],
-     "--set rho2_grid: must have as many values as rho1_grid (2: the budget splits are pairs); "
-     "got 3"),
+     "--set rho1_grid=1,5: conflicts with rho2_grid=9.0,5.0,1.0, which was left unchanged; "
+     "rho2_grid: must have as many values as rho1_grid (2: the budget splits are pairs); got 3"),
     ("iv_fig4", ["--set", "rho_grid=inf"],
      f"--set rho_grid: must be {LIST} finite numbers > 0; got inf"),
     ("iv_fig6", ["--set", "rho1=0"], "--set rho1: must be a finite number > 0; got 0.0"),
@@ -145,13 +146,14 @@ BAD_INPUTS = [
     # sparsity: s = 0, s > d
     ("em_fig1", ["--set", "s_base=0"], "--set s_base: must be an integer >= 1; got 0"),
     ("em_fig1", ["--set", "s_grid=5,2000"],
-     "--set d: must be >= the largest sparsity of s_grid and s_base (2000); got 1000"),
+     "--set s_grid=5,2000: conflicts with d=1000, which was left unchanged; d: must be >= the "
+     "largest sparsity of s_grid and s_base (2000); got 1000"),
     ("em_fig1", ["--set", "d=2"],
      "--set d: must be >= the largest sparsity of s_grid and s_base (15); got 2"),
     ("em_rmc", ["--set", "hd_s=2000"], "--set hd_s: must be <= hd_d (1000); got 2000"),
     ("glm_fig2", ["--set", "s_grid=10,20,6000"],
-     "--set d: must be >= the algorithm's largest sparsity s_factor x max(s_grid, s_base) = "
-     "12000; got 10000"),
+     "--set s_grid=10,20,6000: conflicts with d=10000, which was left unchanged; d: must be >= "
+     "the algorithm's largest sparsity s_factor x max(s_grid, s_base) = 12000; got 10000"),
     ("em_table3", ["--set", "s_hat_grid=0"],
      f"--set s_hat_grid: must be {LIST} integers in [1, 30]; got 0"),
     # n smaller than the number of batches; sizes and grids zero or negative
@@ -183,7 +185,8 @@ BAD_INPUTS = [
     ("iv_card", ["--set", "calibrations="], "--set calibrations: must be a non-empty "
      "comma-separated list of values of paper, tight; got (empty)"),
     # cross-field
-    ("glm_fig1", ["--set", "T=30"], "--set T_grid: must contain T = 30"),
+    ("glm_fig1", ["--set", "T=30"], "--set T=30: conflicts with T_grid=5,10,20,50, which was "
+     "left unchanged; T_grid: must contain T = 30"),
     # wrong types
     ("glm_fig1", ["--set", "T=abc"], "--set T: must be an integer >= 1; got 'abc'"),
     ("em_fig1", ["--set", "d=1.5"], "--set d: must be an integer >= 1; got '1.5'"),
