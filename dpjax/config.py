@@ -44,12 +44,15 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
+Bound = float | str  # a number, or the name of another (numeric, single-valued) field
+
+
 @dataclasses.dataclass(frozen=True)
 class _Constraint:
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    lt: float | None = None
+    ge: Bound | None = None
+    gt: Bound | None = None
+    le: Bound | None = None
+    lt: Bound | None = None
     choices: tuple[Any, ...] | None = None
     allow_empty: bool = False
     allow_inf: bool = False
@@ -57,8 +60,8 @@ class _Constraint:
     doc: str = ""
 
 
-def param(default: Any, *, ge: float | None = None, gt: float | None = None,
-          le: float | None = None, lt: float | None = None,
+def param(default: Any, *, ge: Bound | None = None, gt: Bound | None = None,
+          le: Bound | None = None, lt: Bound | None = None,
           choices: typing.Iterable[Any] | None = None, allow_empty: bool = False,
           allow_inf: bool = False, multiple_of: int | None = None, doc: str = "") -> Any:
     """A configuration field: its default and allowed values.
@@ -66,6 +69,8 @@ def param(default: Any, *, ge: float | None = None, gt: float | None = None,
     Args:
         default: the default value (for a list field, a tuple).
         ge, gt, le, lt: bounds (``>=``, ``>``, ``<=``, ``<``); for a list, of every element.
+            A bound may name another field (``le="hd_d"``): checked once every field is, and
+            an error names both (``--set hd_s: must be <= hd_d (1000); got 2000``).
         choices: the allowed values (of every element, for a list).
         allow_empty: a list field may be empty (``--set NAME=`` switches its panel off).
         allow_inf: a float field (or element) may be ``inf``; otherwise numbers must be
@@ -78,8 +83,12 @@ def param(default: Any, *, ge: float | None = None, gt: float | None = None,
     return dataclasses.field(default=default, metadata={_META: con})
 
 
-def _num(v: float) -> str:
+def _num(v: Bound) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+_OPS = {"ge": (">=", lambda a, b: a >= b), "gt": (">", lambda a, b: a > b),
+        "le": ("<=", lambda a, b: a <= b), "lt": ("<", lambda a, b: a < b)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,12 +208,26 @@ class FieldInfo:
         if c.choices is not None and v not in c.choices:
             raise self.error(got)
         if kind in (int, float):
-            if ((c.ge is not None and not v >= c.ge) or (c.gt is not None and not v > c.gt)
-                    or (c.le is not None and not v <= c.le)
-                    or (c.lt is not None and not v < c.lt)
-                    or (c.multiple_of is not None and v % c.multiple_of)):
+            for op, (_, holds) in _OPS.items():
+                bound = getattr(c, op)
+                if bound is not None and not isinstance(bound, str) and not holds(v, bound):
+                    raise self.error(got)
+            if c.multiple_of is not None and v % c.multiple_of:
                 raise self.error(got)
         return v
+
+    def check_relations(self, config: Config) -> None:
+        """The bounds that name another field (``le="hd_d"``), on ``config``'s values."""
+        for op, (sign, holds) in _OPS.items():
+            other = getattr(self.con, op)
+            if not isinstance(other, str):
+                continue
+            bound = getattr(config, other)
+            value = getattr(config, self.name)
+            for v in value if self.is_list else (value,):
+                if not holds(v, bound):
+                    raise ConfigError(f"--set {self.name}: must be {sign} {other} "
+                                      f"({self.show(bound)}); got {self.show(value)}")
 
     def coerce(self, value: Any) -> Any:
         """``value`` checked against the declaration, in canonical form (a float field's int
@@ -252,6 +275,8 @@ def _field_info(name: str, hint: Any, con: _Constraint) -> FieldInfo:
         kind = args[0]
     if kind not in (int, float, bool, str):
         raise TypeError(f"config field {name!r}: unsupported type {hint!r}")
+    if kind not in (int, float) and any(b is not None for b in (con.ge, con.gt, con.le, con.lt)):
+        raise TypeError(f"config field {name!r}: bounds need a numeric field")
     return FieldInfo(name, kind, is_list, con)
 
 
@@ -267,6 +292,8 @@ class Config(Mapping[str, Any]):
     def __post_init__(self) -> None:
         for f in self.fields():
             object.__setattr__(self, f.name, f.coerce(getattr(self, f.name)))
+        for f in self.fields():
+            f.check_relations(self)
         self.check()
 
     def check(self) -> None:
@@ -400,6 +427,12 @@ def _fields_of(cls: type) -> tuple[FieldInfo, ...]:
         if con is None:
             raise TypeError(f"{cls.__name__}.{f.name}: declare config fields with param(...)")
         out.append(_field_info(f.name, hints[f.name], con))
+    numeric = {f.name for f in out if f.kind in (int, float) and not f.is_list}
+    for f in out:
+        for other in (f.con.ge, f.con.gt, f.con.le, f.con.lt):
+            if isinstance(other, str) and other not in numeric:
+                raise TypeError(f"{cls.__name__}.{f.name}: a bound names {other!r}, which is "
+                                "not a single-valued numeric field")
     return tuple(out)
 
 

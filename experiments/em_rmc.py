@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from dpjax.algorithms import dp_em
-from dpjax.config import Config, ConfigError, param
+from dpjax.config import Config, param
 from dpjax.experiments._common import COLORS, INF, final_rows
 from dpjax.experiments._em_common import BetaError, InitNearTruth, level
 from dpjax.models import RegressionMissingCovariates, sparse_unit_beta
@@ -54,7 +54,7 @@ class RMCConfig(Config):
     p_base: float = param(0.1, ge=0, lt=1,
                           doc="the missing probability of panels (a) and (c)")
     hd_d: int = param(1000, ge=1, doc="high dimension (Alg 6): the dimension")
-    hd_s: int = param(5, ge=1, doc="high dimension: the sparsity s* (<= hd_d)")
+    hd_s: int = param(5, ge=1, le="hd_d", doc="high dimension: the sparsity s*")
     hd_n_grid: tuple[int, ...] = param((10000, 30000, 100000), ge=20,
                                        doc="panel (a): the sample sizes")
     hd_p_grid: tuple[float, ...] = param((0.0, 0.1, 0.2), ge=0, lt=1,
@@ -66,10 +66,6 @@ class RMCConfig(Config):
     ld_p_grid: tuple[float, ...] = param((0.0, 0.1, 0.2, 0.3), ge=0, lt=1,
                                          doc="panel (d): the missing probabilities")
     ld_n_base: int = param(100000, ge=20, doc="the sample size of panel (d)")
-
-    def check(self) -> None:
-        if self.hd_s > self.hd_d:
-            raise ConfigError(f"--set hd_s: must be <= hd_d ({self.hd_d}); got {self.hd_s}")
 
 
 DEFAULTS = RMCConfig()

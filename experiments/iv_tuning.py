@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dpjax.algorithms import dp_iv
-from dpjax.config import ConfigError, param
+from dpjax.config import param
 from dpjax.experiments._common import COLORS, INF
 from dpjax.experiments._iv_common import (
     STUDY,
@@ -153,15 +153,10 @@ class Fig7Config(TuningConfig):
 @dataclasses.dataclass(frozen=True)
 class Fig8Config(TuningConfig):
     gamma_min: float = param(1.0, gt=0, doc="the smallest gamma of the log-spaced grid")
-    gamma_max: float = param(1000.0, gt=0, doc="the largest gamma (> gamma_min)")
+    gamma_max: float = param(1000.0, gt="gamma_min", doc="the largest gamma")
     num_gammas: int = param(13, ge=2, doc="points of the log-spaced gamma grid")
     rule_consts: tuple[float, ...] = param(
         (1.0, 4.0), gt=0, doc="c0 of the rule gamma = c0 (sqrt q + sqrt(tau + log nT))^2, added")
-
-    def check(self) -> None:
-        if self.gamma_max <= self.gamma_min:
-            raise ConfigError(f"--set gamma_max: must be > gamma_min = {self.gamma_min!r}; got "
-                              f"{self.gamma_max!r}")
 
     def gammas(self) -> tuple[list[float], list[float]]:
         """The log-spaced grid and the rule's thresholds."""

@@ -169,7 +169,9 @@ BAD_INPUTS = [
      "got 500,5"),
     ("iv_fig4", ["--set", "T_grid=1,0"], f"--set T_grid: must be {LIST} integers >= 1; got 1,0"),
     ("iv_fig8", ["--set", "num_gammas=1"], "--set num_gammas: must be an integer >= 2; got 1"),
-    ("iv_fig8", ["--set", "gamma_max=0.5"], "--set gamma_max: must be > gamma_min = 1.0; got 0.5"),
+    ("iv_fig8", ["--set", "gamma_max=0.5"], "--set gamma_max: must be > gamma_min (1.0); got 0.5"),
+    ("iv_fig8", ["--set", "gamma_min=5000"], "--set gamma_min=5000: conflicts with "
+     "gamma_max=1000.0, which was left unchanged; gamma_max: must be > gamma_min (5000.0)"),
     ("em_rmc", ["--set", "hd_p_grid=1.0"],
      f"--set hd_p_grid: must be {LIST} finite numbers in [0, 1); got 1.0"),
     ("iv_fig7", ["--set", "fractions=0.5,1.5"],

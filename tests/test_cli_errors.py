@@ -120,6 +120,38 @@ def test_a_rule_across_settings_blames_the_setting_the_user_passed(tmp_path, cap
     assert err.startswith("dpjax: error: --set T=7: conflicts with T_grid=20"), err
 
 
+def test_a_bound_may_name_another_field():
+    """em_rmc declares hd_s <= hd_d on the field (not in a hand-written check): the help text
+    shows it, and either side set on the command line is the one named."""
+    import dataclasses
+
+    from dpjax.config import Config, ConfigError, param
+
+    exp = registry()["em_rmc"]
+    assert exp.config_type.field("hd_s").describe() == "an integer in [1, hd_d]"
+    with pytest.raises(ConfigError, match=r"^--set hd_s: must be <= hd_d \(1000\); got 2000$"):
+        study.resolve_config(exp, {"hd_s": "2000"})
+    with pytest.raises(ConfigError, match=r"^--set hd_d=3: conflicts with hd_s=5, which was "
+                        r"left unchanged; hd_s: must be <= hd_d \(3\); got 5$"):
+        study.resolve_config(exp, {"hd_d": "3"})
+
+    @dataclasses.dataclass(frozen=True)
+    class Grid(Config):
+        top: int = param(10, ge=1, doc="")
+        sizes: tuple[int, ...] = param((2, 5), ge=1, lt="top", doc="")
+
+    assert Grid().sizes == (2, 5)
+    with pytest.raises(ConfigError, match=r"--set sizes: must be < top \(10\); got 2,10"):
+        Grid(sizes=(2, 10))
+
+    @dataclasses.dataclass(frozen=True)
+    class Bad(Config):
+        a: int = param(1, le="nope", doc="")
+
+    with pytest.raises(TypeError, match="names 'nope'"):
+        Bad()
+
+
 def test_inf_is_refused_saying_the_non_private_run_is_always_there(tmp_path, capsys):
     err = _one_line_error(capsys, ["run", "em_fig1", "--out", str(tmp_path / "o"),
                                    "--set", "eps_grid=0.5,inf"])
