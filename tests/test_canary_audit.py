@@ -355,7 +355,8 @@ PRIVATE = [e.name for e in registry.entries() if e.private and e.ledger_private 
 # ------------------------------------------------------------------------------------------
 
 # The small audit: 16 candidate canaries, one greedy round, 32 pilot runs, 1000 trials per
-# data set (500 evaluate the event); one compile per estimator (dpjax.audit._Trajectories).
+# data set (500 evaluate the event); one compile per estimator
+# (dpjax.audit.trajectory._Trajectories).
 FAST = dict(num_candidates=16, search_rounds=1, pilot_trials=32, chunk=32)
 FAST_TRIALS = 1000
 # Other trial counts: fewer for the full-batch DP-GEM runs on the largest examples (their
