@@ -160,6 +160,20 @@ def test_the_canary_of_ldp_public_keeps_its_public_sample_fixed():
     assert set(np.concatenate(changed)) == {case.index} and case.separation > 0
 
 
+def test_the_final_attack_projects_on_the_noise_free_releases():
+    """attack="final": the candidates are judged, and the statistic centred, by the releases
+    with every noise draw x 0, so the noise-free release on data_out has statistic 0 and the
+    one on data_in the separation (a search traced outside the plant would add key 0's
+    noise to both)."""
+    entry = _entry("dp-mean")
+    case = audit.canary_case(entry, 1.0, num_candidates=4, search_rounds=1)
+    with audit.planted_bug("noise-x0"):
+        mech = jax.jit(audit.estimator_mechanism(case.estimator, case.hparams, case.params0))
+        out_in, out_out = (mech(jax.random.key(5), d) for d in (case.data_in, case.data_out))
+    assert float(case.statistic(out_out)) == pytest.approx(0.0, abs=1e-5 * case.separation)
+    assert float(case.statistic(out_in)) == pytest.approx(case.separation, rel=1e-5)
+
+
 def test_the_canary_pair_is_a_replace_one_neighbour_in_the_last_batch():
     case = _case("ld-dp-em/gmm")
     n = case.data_in.y.shape[0]
