@@ -230,7 +230,7 @@ class ChunkStore:
                 changes = _identity_changes(_read_identity(Path(out_dir)), identity)
                 what = "; ".join(changes) if changes else f"fingerprint {old} != {fingerprint}"
                 raise _user_error(
-                    f"--out {out_dir} holds results of a different configuration ({what}); "
+                    f"{out_dir} holds results of a different configuration ({what}); "
                     "rerun with the same settings to resume, or choose another --out directory "
                     "(or delete this one)"
                 )

@@ -252,7 +252,7 @@ def test_another_configuration_lists_the_settings_that_differ(finished, capsys):
             "--seed", "3"]
     small = [a for k, v in SMALL.items() if k != "eps_grid" for a in ("--set", f"{k}={v}")]
     err = _one_line_error(capsys, argv + small + ["--set", "eps_grid=0.7"])
-    assert f"--out {finished} holds results of a different configuration (--seed: 0 -> 3; " \
+    assert f"{finished} holds results of a different configuration (--seed: 0 -> 3; " \
         "eps_grid: 0.5,2.0 -> 0.7)" in err
     assert "fingerprint" not in err
     err = _one_line_error(capsys, ["run", "em_fig4", "--out", str(finished), "--quick",
