@@ -227,9 +227,9 @@ def main(argv=None) -> int:
         print(json.dumps(res))
         return 0
     sys.path.insert(0, str(HERE.parent))
-    from benchmarks.run import machine
+    from benchmarks.run import machine, recorded_command
 
-    res = {"command": " ".join(["python benchmarks/ldp_scale.py", *(argv or sys.argv[1:])]),
+    res = {"command": recorded_command("benchmarks/ldp_scale.py", argv or sys.argv[1:]),
            "tag": a.tag, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "machine": machine(), "load_before": [round(x, 2) for x in os.getloadavg()],
            "d": a.d, "k": a.k, "epsilon": a.epsilon, "runs": []}

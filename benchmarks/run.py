@@ -34,6 +34,7 @@ import math
 import os
 import platform
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -629,6 +630,22 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def recorded_command(script: str, argv: list[str]) -> str:
+    """``python SCRIPT ARGS`` as a user runs it from the repository root, for a results file:
+    an absolute path inside the checkout is written relative to it, and one outside it (a
+    scratch folder of the machine that ran it, which no reader has) as where results files
+    are kept, ``benchmarks/results/<its name>``. ``--opt=PATH`` counts too."""
+    out = []
+    for arg in argv:
+        opt, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        if value.startswith("/"):
+            path = Path(value).resolve()
+            value = (str(path.relative_to(ROOT)) if path.is_relative_to(ROOT)
+                     else f"benchmarks/results/{path.name}")
+        out.append(opt + eq + value)
+    return shlex.join(["python", script, *out])
+
+
 def merge(runs: list[dict]) -> dict:
     """Several runs of the harness as one (families in order; commands, dates and loads
     joined)."""
@@ -739,7 +756,7 @@ def main(argv=None) -> int:
                                          [p["dpjax_cpu_s"] for p in r[ax]]), 2)
                          for ax in AXES if len(r.get(ax, [])) > 1})
         return 0
-    results = {"tag": tag, "command": "python benchmarks/run.py " + " ".join(argv or sys.argv[1:]),
+    results = {"tag": tag, "command": recorded_command("benchmarks/run.py", argv or sys.argv[1:]),
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "machine": machine(), "load_before": load(), "quick": a.quick,
                "rounds": a.rounds, "e2e_rounds": a.e2e_rounds or a.rounds,
