@@ -13,6 +13,11 @@ way and the plotting facts live in one place:
   (points) or a dotted line (a rate ``y ~ x^slope`` through the measured curve);
 * a panel against epsilon has a logarithmic x axis by default.
 
+The rows to plot are either an experiment's iteration rows (one per setting, level,
+repetition and iteration: a curve against the iteration), their last iterations
+(:func:`final_rows`: a curve against n, d, epsilon or T), or ``summary.csv`` rows
+(:func:`dpjax.results.summarise`: one row per point, whose ``se`` column gives the band).
+
 Artists carry a ``gid`` (:data:`GID_BAND`, :data:`GID_CLAIM`, ``"role:<role>"`` on a curve's
 line) so tests can find what was drawn.
 """
@@ -30,6 +35,7 @@ import numpy as np
 
 __all__ = [
     "BAND_Z",
+    "METRICS",
     "ROLES",
     "Claim",
     "Curve",
@@ -41,6 +47,7 @@ __all__ = [
     "draw_claim",
     "draw_curve",
     "draw_panels",
+    "final_rows",
     "plot_panels",
     "role_style",
     "save_figure",
@@ -69,6 +76,11 @@ ROLES: dict[str, tuple[str | None, str | None, float]] = {
 }
 GID_BAND = "band"
 GID_CLAIM = "claim"
+# the metric columns a study's ``record`` functions write into iterations.csv (every other
+# column of a row identifies its setting, level and repetition): :func:`final_rows` groups by
+# the others
+METRICS = ("error", "error_2sls", "error_of_2sls", "estimate", "clip1", "clip2", "log_sq_error",
+           "support_recall", "error_sym", "indefinite")
 
 
 def role_gid(role: str) -> str:
@@ -204,6 +216,26 @@ class Panel:
         return self.x == "epsilon" if self.logx is None else bool(self.logx)
 
 
+def final_rows(iter_rows: Sequence[Mapping[str, Any]],
+               metrics: Sequence[str] = METRICS) -> list[dict[str, Any]]:
+    """The last recorded iteration of every (setting, level, repetition) of iteration rows
+    (``iterations.csv``, the first argument of an experiment's ``plot``): the rows a figure
+    against ``n``, ``d``, ``epsilon`` or ``T`` plots, one per repetition, so that its bands are
+    ``+- BAND_Z`` standard errors over the repetitions.
+
+    Rows are grouped by every column except ``iteration`` and the recorded ``metrics``; a
+    ``record`` function that returns a metric not in :data:`METRICS` must name it here (else
+    each of its values would count as a group of its own).
+    """
+    skip = {"iteration", *metrics}
+    last: dict[tuple, dict[str, Any]] = {}
+    for r in iter_rows:
+        key = tuple(sorted((k, v) for k, v in r.items() if k not in skip))
+        if key not in last or r["iteration"] > last[key]["iteration"]:
+            last[key] = dict(r)
+    return list(last.values())
+
+
 def _match(row: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
     for k, v in where.items():
         rv = row.get(k)
@@ -215,13 +247,51 @@ def _match(row: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
     return True
 
 
+def _summary_columns(row: Mapping[str, Any], y: str) -> tuple[str, str] | None:
+    """The ``(mean, se)`` columns of ``y`` when ``row`` is a summary row
+    (:func:`dpjax.results.summarise`: ``mean``, ``se``, ``count``, and ``{name}_mean``,
+    ``{name}_se`` for its extra metrics) that does not hold ``y`` itself; else ``None``."""
+    if "count" not in row or (y in row and y != "mean"):
+        return None
+    if y in ("error", "mean") and "mean" in row and "se" in row:
+        return "mean", "se"
+    if f"{y}_mean" in row and f"{y}_se" in row:
+        return f"{y}_mean", f"{y}_se"
+    return None
+
+
 def curve_stats(rows: Sequence[Mapping[str, Any]], where: Mapping[str, Any], x: str,
                 y: str = "error") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(x values, mean, standard error)`` of ``y`` over the rows matching ``where``."""
+    """``(x values, mean, standard error)`` of ``y`` over the rows matching ``where``.
+
+    Rows with one value per repetition (iteration rows, :func:`final_rows`) are averaged by
+    ``x``. Summary rows (``summary.csv``, :func:`dpjax.results.summarise`) are means already:
+    ``y = "error"`` (or ``"mean"``) reads their ``mean`` and ``se`` columns, another metric
+    ``name`` its ``{name}_mean`` and ``{name}_se``, so their band is the standard error over
+    the repetitions too; ``where`` must then select one summary row per ``x``.
+    """
     groups: dict[float, list[float]] = {}
+    summary: dict[float, tuple[float, float]] = {}
     for r in rows:
-        if _match(r, where):
-            groups.setdefault(float(r[x]), []).append(float(r[y]))
+        if not _match(r, where):
+            continue
+        xv = float(r[x])
+        cols = _summary_columns(r, y)
+        if cols is None:
+            groups.setdefault(xv, []).append(float(r[y]))
+            continue
+        if xv in summary:
+            raise ValueError(f"curve_stats: several summary rows match {dict(where)} at "
+                             f"{x} = {xv:g}; a summary row is a mean over repetitions already, "
+                             "so where= must select one row per x")
+        summary[xv] = (float(r[cols[0]]), float(r[cols[1]]))
+    if groups and summary:
+        raise ValueError("curve_stats: the rows mix summary rows and per-repetition rows")
+    if summary:
+        xs = np.array(sorted(summary))
+        means = np.array([summary[v][0] for v in xs])
+        ses = np.array([summary[v][1] if math.isfinite(summary[v][1]) else 0.0 for v in xs])
+        return xs, means, ses
     xs = np.array(sorted(groups))
     means = np.array([np.mean(groups[v]) for v in xs])
     ses = np.array([np.std(groups[v], ddof=1) / math.sqrt(len(groups[v]))

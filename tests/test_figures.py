@@ -89,6 +89,14 @@ def _bands(ax):
             and c.get_gid() == plotting.GID_BAND]
 
 
+def _width(band):
+    """A band's largest height (its upper minus its lower edge at one x), relative to its
+    largest value: 0 for a band of no width drawn around a curve."""
+    v = band.get_paths()[0].vertices
+    heights = [np.ptp(v[v[:, 0] == x, 1]) for x in np.unique(v[:, 0])]
+    return max(heights) / np.max(np.abs(v[:, 1]))
+
+
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_experiment_figure_style(name, tmp_path, figures, monkeypatch):
     exp = REGISTRY[name]
@@ -109,8 +117,11 @@ def test_experiment_figure_style(name, tmp_path, figures, monkeypatch):
                     and ln.get_transform() == ax.transData and len(ln.get_xdata()) > 1]
         bands = _bands(ax)
         all_bands += len(bands)
-        # every measured curve of more than one point has its band
+        # every measured curve of more than one point has its band, and the band has a width
+        # (3 repetitions of random values: a band of no width is a curve drawn from one value
+        # per point, e.g. summary means read as raw values)
         assert len(bands) >= len(measured), (name, ax.get_title())
+        assert all(_width(b) > 1e-6 for b in bands), (name, ax.get_title())
         nps = _role_lines(ax, "nonprivate")
         for ln in nps:
             assert ln.get_linestyle() == "--", (name, ln.get_label())
@@ -186,3 +197,63 @@ def test_a_derived_rate_is_not_called_the_papers_number(tmp_path, figures):
     assert "the paper's numbers" not in " ".join(caption.split())
     with pytest.raises(ValueError, match="origin"):
         plotting.Claim("x", "s", slope=-0.5, through={}, origin="ours")
+
+
+def _raw_rows(seed=2, reps=5):
+    rng = np.random.default_rng(seed)
+    return [{"method": m, "n": n, "rep": r, "error": float(rng.uniform(0.5, 1.5)) / n,
+             "error_sym": float(rng.uniform(0.5, 1.5)) / n}
+            for m in ("a", "b") for n in (100, 400, 1600) for r in range(reps)]
+
+
+@pytest.mark.parametrize("y", ["error", "mean", "error_sym"])
+def test_summary_rows_draw_the_bands_the_caption_promises(tmp_path, figures, y):
+    """summary.csv rows (one per point, their mean and se columns) drawn by plot_panels get
+    the band of mean +- 1.96 s.e. that the caption announces, the same band as the
+    per-repetition rows they summarise; not a band of no width around the means."""
+    raw = _raw_rows()
+    summary = results.summarise(raw, ["method", "n"], extra=("error_sym",))
+    metric = "error_sym" if y == "error_sym" else "error"
+    panel = [plotting.Panel("vs n", [plotting.Curve("a", {"method": "a"})], x="n",
+                            xlabel="n", logx=True)]
+    plotting.plot_panels(raw, panel, tmp_path / "raw.png", y=metric)
+    plotting.plot_panels(summary, panel, tmp_path / "summary.png", y=y)
+    fig_raw, fig_summary = figures()
+    assert "1.96 s.e." in " ".join(fig_summary.get_suptitle().split())
+    (band_raw,) = _bands(fig_raw.axes[0])
+    (band,) = _bands(fig_summary.axes[0])
+    assert _width(band) > 1e-6
+    np.testing.assert_allclose(band.get_paths()[0].vertices, band_raw.get_paths()[0].vertices,
+                               rtol=1e-12)
+    xs, m, se = plotting.curve_stats(summary, {"method": "a"}, "n", y)
+    rows_a = sorted((r for r in summary if r["method"] == "a"), key=lambda r: r["n"])
+    col = "error_sym_" if y == "error_sym" else ""
+    np.testing.assert_array_equal(m, [r[f"{col}mean"] for r in rows_a])
+    np.testing.assert_array_equal(se, [r[f"{col}se"] for r in rows_a])
+    assert np.all(se > 0)
+
+
+def test_summary_rows_must_be_one_per_point():
+    """A summary row is a mean already: pooling two of them at one x (a where= that selects
+    both methods) is refused rather than drawn as a band of no width."""
+    summary = results.summarise(_raw_rows(), ["method", "n"])
+    with pytest.raises(ValueError, match="one row per x"):
+        plotting.curve_stats(summary, {}, "n")
+
+
+def test_final_rows_is_public_and_keeps_the_last_iteration_of_each_repetition():
+    """dpjax.plotting.final_rows (the rows a figure against n or epsilon plots) keeps, for
+    every setting, level and repetition, the row of its last iteration; a metric outside
+    METRICS is named by metrics=. The experiments' old import is the same function."""
+    from dpjax.experiments import _common
+
+    assert "final_rows" in plotting.__all__ and _common.final_rows is plotting.final_rows
+    rows = [{"n": n, "epsilon": e, "rep": r, "iteration": t, "error": 10.0 * n + r - t,
+             "recall": t / 10}
+            for n in (100, 200) for e in (0.5, math.inf) for r in range(3) for t in range(4)]
+    final = plotting.final_rows(rows, metrics=("error", "recall"))
+    assert len(final) == 2 * 2 * 3
+    assert all(r["iteration"] == 3 and r["error"] == 10.0 * r["n"] + r["rep"] - 3
+               for r in final)
+    # without naming "recall" every iteration's distinct value would be a group of its own
+    assert len(plotting.final_rows(rows)) == len(rows)
