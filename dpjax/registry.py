@@ -3,14 +3,21 @@
 The conformance suite (``tests/test_conformance.py``) runs over :func:`entries`, so a new
 estimator is tested -- purity, determinism, vmap over keys and privacy levels, no recompile,
 the non-private limit, and a ledger composed from its run's events that delivers the requested
-budget -- by registering it::
+budget -- by registering it. The worked example ``dpjax/examples/dp_mean.py`` ends with
+(``tests/test_docs.py`` keeps this copy equal to the module)::
 
-    register(Entry(
-        name="dp-mean", family="example",
-        build=lambda: dp_mean(4),                       # the estimator (static configuration)
-        example=lambda: Example(data, jnp.zeros(d), hparams_at),  # hparams_at(level) -> hparams
-        requested=lambda level: ("epsilon", level),     # what the default variant delivers
-    ))
+    def _example() -> registry.Example:
+        n, d = 200, 3
+        hparams = lambda eps: MeanHyperparams(*map(jnp.float32, (eps, 1 / (2 * n), 2.0)))
+        return registry.Example(simulate(jax.random.key(0), n, jnp.ones(d)), jnp.zeros(d), hparams)
+
+
+    registry.register(registry.Entry("dp-mean", "example", lambda: DP_MEAN, _example,
+                                     requested=lambda eps: ("epsilon", eps)))
+
+that is: the name, the family, ``build`` (the estimator), ``example`` (a small data set, a
+data-independent start and ``hparams(level)``), and ``requested`` (the budget the estimator
+must deliver at a level). The module's name is then listed once in ``_FAMILIES``.
 
 Entries are registered when their module is imported (:mod:`dpjax.algorithms` imports every
 family); :func:`entries` imports them first.
