@@ -188,6 +188,20 @@ def test_the_two_release_example_composes_as_the_page_says(capsys):
     assert [r.sensitivity for r in led.releases] == pytest.approx([8 / 1000, 16 / 1000])
 
 
+def test_the_page_explains_every_column_of_the_audit_table():
+    """Section 10's table of columns names exactly the columns ``python -m dpjax.audit --table``
+    prints (its header is :func:`dpjax.audit.format_table`'s), in order."""
+    from dpjax.audit import format_table
+
+    header = format_table([]).splitlines()[0]
+    printed = [c.strip() for c in header.strip("|").split("|")]
+    section = ADDING.read_text().split("## 10. ", 1)[1].split("\n## ", 1)[0]
+    section = re.sub(r"```.*?```", "", section, flags=re.DOTALL)  # not the example output
+    rows = re.findall(r"^\| ([^|]+?) \| .+ \|$", section, re.MULTILINE)
+    assert rows[0] == "column"
+    assert rows[1:] == printed
+
+
 # --------------------------------------------------------------------------------------------
 # Durations
 # --------------------------------------------------------------------------------------------
