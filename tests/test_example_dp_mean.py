@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from dpjax import base, registry
-from dpjax.accounting import ApproxDP
+from dpjax.accounting import GAUSSIAN_CURVE_NOTE, ApproxDP, gaussian_epsilon
 from dpjax.examples import dp_mean
 from tests.helpers import assert_scale_with_power, compile_count, same_key
 
@@ -106,7 +106,7 @@ def test_the_step_releases_the_bounded_statistic(key):
     np.testing.assert_array_equal(np.asarray(state.beta),
                                   np.asarray(dp_mean.clipped_mean(x, jnp.float32(C)).value))
     (event,) = info.events
-    assert event.kind == "gaussian-classic" and float(event.scale) == 0.0
+    assert event.kind == "gaussian" and float(event.scale) == 0.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,21 +177,28 @@ def test_the_ledger_delivers_the_requested_budget(key, eps):
     led = res.ledger
     delta = float(np.float32(DELTA))
     assert led.requested == ApproxDP(eps, delta)
-    assert led.approx_dp.epsilon == pytest.approx(eps, rel=1e-5)
+    # read off the exact Gaussian curve of the sigma drawn (the classic formula at eps <= 1
+    # over-noises: the noise delivers less than the request)
+    mu = (2 * C / N) / _sigma(eps)
+    assert led.approx_dp.epsilon == pytest.approx(gaussian_epsilon(mu, delta), rel=1e-5)
+    assert led.approx_dp.epsilon < eps
     assert led.approx_dp.delta == pytest.approx(delta, rel=1e-6)
     assert led.composition == "basic" and led.relation == "replace-one" and led.is_private
     (release,) = led.releases
-    assert release.count == 1 and release.mechanism == "gaussian-classic"
+    assert release.count == 1 and release.mechanism == "gaussian"
     assert release.sensitivity == pytest.approx(2 * C / N, rel=1e-6)
     assert release.scale == pytest.approx(_sigma(eps), rel=1e-5)
-    assert led.notes == ()
+    assert led.notes == (GAUSSIAN_CURVE_NOTE,)  # generated, not typed by the estimator
 
 
-def test_the_ledger_notes_the_classic_gaussian_range(key):
+def test_above_epsilon_1_the_analytic_calibration_delivers_the_request(key):
     res = base.fit(dp_mean.DP_MEAN, key, _data(jax.random.fold_in(key, 1)), jnp.zeros(D),
                    _hp(2.0))
-    assert res.ledger.approx_dp.epsilon == pytest.approx(2.0, rel=1e-5)
-    assert any("epsilon <= 1" in note for note in res.ledger.notes)
+    # the analytic calibration: the exact curve at its sigma gives 2 (up to its 1e-4 margin)
+    assert res.ledger.approx_dp.epsilon == pytest.approx(2.0, rel=1e-3)
+    assert res.ledger.approx_dp.epsilon <= 2.0
+    (release,) = res.ledger.releases
+    assert release.scale < _sigma(2.0)  # less noise than the classic formula there
 
 
 def test_the_example_is_registered():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from dpjax import _validate, accounting, audit
+from dpjax import accounting, audit
 from dpjax import local_randomizers as LR
 from dpjax.mechanisms import BoundedStatistic
 from tests.helpers import FAIL_P, PASS_P, assert_scale_with_power, compile_count, same_key
@@ -476,26 +476,35 @@ def test_invalid_inputs_raise_errors_naming_the_parameter(key):
         LR.ldp_iht_radius(4, 2, 0.0, 1.0)
     with pytest.raises(ValueError, match=r"k_prime must be an integer in >= 1"):
         LR.ldp_iht_radius(4, 0, 1.0, 1.0)
-    # the classic calibration is unproven above epsilon = 1: a warning, not silence
-    with pytest.warns(_validate.ClassicGaussianWarning):
-        LR.local_gaussian_sigma(1.0, 2.0, 1e-5)
+    # the classic calibration is unproven above epsilon = 1: the default is the analytic one
+    # there (delivering (2, 1e-5) on the exact curve), the classic formula on request
+    from dpjax.accounting import gaussian_epsilon
+
+    sigma = float(LR.local_gaussian_sigma(1.0, 2.0, 1e-5))
+    assert gaussian_epsilon(1.0 / sigma, 1e-5) <= 2.0
+    assert float(LR.local_gaussian_sigma(1.0, 2.0, 1e-5, calibration="classic")) == \
+        pytest.approx(math.sqrt(2 * math.log(1.25 / 1e-5)) / 2.0)
 
 
 def test_local_gaussian_releases_carry_their_privacy_event(key):
     """Each user's report comes with a privacy event (relation local) made from the sigma that
-    drew its noise; the ledger's per-user guarantee is the requested (epsilon, delta)."""
-    from dpjax.accounting import Release
+    drew its noise; the ledger's per-user guarantee is read off the exact Gaussian curve of that
+    sigma: at most the requested (epsilon, delta)."""
+    from dpjax.accounting import Release, gaussian_epsilon
 
     eps, delta = 0.8, 1e-5
     vec = BoundedStatistic(jnp.ones(4), jnp.float32(2.0), "l2", "local")
     k1, k2, k3 = jax.random.split(key, 3)
     rel = LR.local_gaussian(k1, vec, eps, delta)
-    assert rel.event.relation == "local" and rel.event.kind == "gaussian-classic"
+    assert rel.event.relation == "local" and rel.event.kind == "gaussian"
     assert float(rel.event.scale) == pytest.approx(float(rel.sigma))
-    assert Release.from_event(rel.event, "x").delivered().epsilon == pytest.approx(eps, rel=1e-5)
+    exact = gaussian_epsilon(2.0 / float(rel.sigma), delta)
+    assert exact < eps
+    assert Release.from_event(rel.event, "x").delivered().epsilon == pytest.approx(exact, rel=1e-5)
     mat = BoundedStatistic(jnp.eye(3), jnp.float32(2.0), "l2", "local")
     sym = LR.local_gaussian_symmetric(k2, mat, eps, delta)
-    assert Release.from_event(sym.event, "xx'").delivered().epsilon == pytest.approx(eps, rel=1e-5)
+    assert Release.from_event(sym.event, "xx'").delivered().epsilon == pytest.approx(
+        gaussian_epsilon(2.0 / float(sym.event.scale), delta), rel=1e-5)
     many = BoundedStatistic(jnp.ones((50, 4)), jnp.float32(2.0), "l2", "local")
     mean = LR.local_gaussian_mean(k3, many, eps, delta)
     assert float(mean.event.scale) == pytest.approx(float(mean.sigma))  # one user's scale

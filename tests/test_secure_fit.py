@@ -135,7 +135,9 @@ def test_secure_glm_and_ld_em_fits_are_accounted_in_zcdp():
     assert em.ledger.composition == "parallel"  # disjoint batches: the largest rho
     fast = dp_em.fit_ld_dp_em(2, d3, gmm, beta0=np.full(3, 0.3), epsilon=0.5)
     assert em.ledger.approx_dp.delta == pytest.approx(fast.ledger.approx_dp.delta)
-    assert em.ledger.approx_dp.epsilon <= fast.ledger.approx_dp.epsilon
+    # the discrete noise is converted from zCDP (CKS), the fast path read off the exact curve
+    # of its Gaussian noise: both deliver the request, the exact curve the tighter reading
+    assert fast.ledger.approx_dp.epsilon <= em.ledger.approx_dp.epsilon <= 0.5
 
 
 def test_secure_fit_of_an_estimator_with_peeling_raises_before_returning():

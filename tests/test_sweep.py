@@ -180,7 +180,8 @@ def test_results_files_have_the_contract_columns(tmp_path):
     cfg = json.loads((tmp_path / "config.json").read_text())
     assert cfg["seed"] == 1 and cfg["reps"] == 3 and "jax" in cfg["environment"]
     ledgers = cfg["settings"][0]["levels"]
-    assert ledgers[0]["ledger"]["approx_dp"]["epsilon"] == pytest.approx(0.5)
+    # read off the noise drawn (peeling's composition bound): at most the requested 0.5
+    assert 0.2 < ledgers[0]["ledger"]["approx_dp"]["epsilon"] <= 0.5
     assert ledgers[1]["ledger"]["is_private"] is False  # epsilon = inf is reported as not DP
     assert out.rows == rows or len(out.rows) == len(rows)
 
