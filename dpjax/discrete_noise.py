@@ -113,7 +113,6 @@ import numpy as np
 from jax import lax
 
 from dpjax._validate import check_epsilon, check_positive, check_rho
-from dpjax.mechanisms import PrivacyEvent
 
 __all__ = [
     "SENTINEL",
@@ -779,19 +778,6 @@ class SecureNoise(NamedTuple):
         value = float(exact)
         return math.nextafter(value, math.inf) if Fraction(value) < exact else value
 
-    def event(self, relation: str = "replace-one") -> PrivacyEvent:
-        """This release as a :class:`~dpjax.mechanisms.PrivacyEvent` (sensitivity in grid
-        units), so :mod:`dpjax.accounting` composes it with the others: the discrete Laplace
-        gives ``Delta_1 / t``-DP, the discrete Gaussian ``Delta_2^2 / (2 sigma^2)``-zCDP."""
-        noise = jnp.asarray(self.noise, jnp.float32)
-        if self.kind == "discrete_laplace":
-            sens, scale, kind, norm = float(self.sensitivity), noise, "discrete-laplace", "l1"
-        else:
-            sens, scale = math.sqrt(self.sensitivity), jnp.sqrt(noise)
-            kind, norm = "discrete-gaussian", "l2"
-        sens = jnp.asarray(sens, jnp.float32)
-        return PrivacyEvent(kind, sens, scale, sens, jnp.zeros((), jnp.float32), norm, relation)
-
 
 jax.tree_util.register_pytree_node(
     SecureNoise,
@@ -869,7 +855,8 @@ def secure_laplace_mechanism(
 def _secure_release(kind, key, value, grid, integer_sensitivity, sensitivity, what,
                     calibration, budget, too_small, sampler) -> tuple[jax.Array, SecureNoise]:
     """The shared body of the secure mechanisms: grid, integer sensitivity, noise scale (a
-    host budget too small for the sampler's range is an error), release and its event."""
+    host budget too small for the sampler's range is an error), the release and what was done
+    (:func:`dpjax.mechanisms.secure_event` turns it into a privacy event)."""
     g = _check_grid(grid)
     sens = integer_sensitivity(sensitivity, g, _value_size(value))
     _check_sensitivity_int(sens, what)

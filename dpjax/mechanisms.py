@@ -840,9 +840,25 @@ def _secure_release(key: jax.Array, stat: BoundedStatistic, scale: Any, kind: st
         released, noise = dn.secure_gaussian_mechanism(key, value, sens, 0.5 * ratio**2, grid)
         true_int = (math.sqrt(dn.integer_sensitivity_l2_sq(true, grid, value.size))
                     if math.isfinite(true) else math.inf)
-    event = noise.event(stat.relation)
+    event = secure_event(noise, stat.relation)
     event = dataclasses.replace(event, true_sensitivity=jnp.asarray(true_int, jnp.float32))
     return released.astype(value.dtype), event
+
+
+def secure_event(noise: Any, relation: str = "replace-one") -> PrivacyEvent:
+    """A secure release (:class:`dpjax.discrete_noise.SecureNoise`) as a
+    :class:`PrivacyEvent` (sensitivity in grid units), so :mod:`dpjax.accounting` composes it
+    with the others: the discrete Laplace gives ``Delta_1 / t``-DP, the discrete Gaussian
+    ``Delta_2^2 / (2 sigma^2)``-zCDP. (Built here, not in :mod:`dpjax.discrete_noise`, which
+    imports nothing from this module.)"""
+    scale = jnp.asarray(noise.noise, jnp.float32)
+    if noise.kind == "discrete_laplace":
+        sens, kind, norm = float(noise.sensitivity), "discrete-laplace", "l1"
+    else:
+        sens, scale = math.sqrt(noise.sensitivity), jnp.sqrt(scale)
+        kind, norm = "discrete-gaussian", "l2"
+    sens = jnp.asarray(sens, jnp.float32)
+    return PrivacyEvent(kind, sens, scale, sens, jnp.zeros((), jnp.float32), norm, relation)
 
 
 def laplace_mechanism(

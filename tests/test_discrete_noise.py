@@ -450,12 +450,13 @@ def test_secure_releases_enter_the_ledger_as_privacy_events(key):
     """The release's SecureNoise maps to a privacy event whose ledger guarantee is the exact one
     (eps = Delta_1 / t; rho = Delta_2^2 / (2 sigma^2)), composable with every other release."""
     from dpjax.accounting import Ledger, Release
+    from dpjax.mechanisms import secure_event
 
     k1, k2 = jax.random.split(key)
     _, lap = dn.secure_laplace_mechanism(k1, jnp.zeros(3), 1.0, 0.5, 2.0**-4)
     _, gau = dn.secure_gaussian_mechanism(k2, jnp.zeros(3), 1.0, 0.2, 2.0**-4)
-    r_lap = Release.from_event(lap.event(), "mean")
-    r_gau = Release.from_event(gau.event(), "mean")
+    r_lap = Release.from_event(secure_event(lap), "mean")
+    r_gau = Release.from_event(secure_event(gau), "mean")
     assert r_lap.delivered().epsilon == pytest.approx(lap.guarantee(), rel=1e-6)
     assert r_lap.delivered().epsilon <= 0.5 * (1 + 1e-6)
     assert r_gau.delivered().rho == pytest.approx(gau.guarantee(), rel=1e-6)
