@@ -38,6 +38,8 @@ METHOD_LABELS = {"dp-gem": "Alg 2 (DP gradient EM)", "clipped-gem": "Alg 1 (clip
                  "ldp-gem": "local-DP gradient EM (ours)"}
 # every level carries every field (0 where a method does not read it): uniform result columns
 LEVEL_FIELDS = ("epsilon", "delta", "eta", "tau", "zeta", "s", "clip")
+# the family's study: repetitions (default, --quick) and the sign-aligned error summarised too
+STUDY = dict(reps=20, quick_reps=2, summary_extra=("error_sym",))
 
 
 def make_model(name: str, sigma: float, p_m: float) -> Any:

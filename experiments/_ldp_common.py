@@ -10,7 +10,12 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["fit_slope", "iht_plan", "loglog_figure", "record_iht", "record_nldp", "select"]
+__all__ = ["STUDY", "fit_slope", "iht_plan", "loglog_figure", "record_iht", "record_nldp",
+           "select"]
+
+# the study of the streamed NLDP experiments: repetitions (default, --quick), and how often the
+# noisy covariance was indefinite, summarised beside the error
+STUDY = dict(reps=10, quick_reps=3, summary_extra=("indefinite",))
 
 
 def record_nldp(state, truth):

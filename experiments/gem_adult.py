@@ -37,7 +37,7 @@ import numpy as np
 from dpjax.algorithms import dp_gem
 from dpjax.config import Config, param
 from dpjax.experiments._common import COLORS, INF
-from dpjax.experiments._gem_common import GemError, RandomInit
+from dpjax.experiments._gem_common import STUDY, GemError, RandomInit
 from dpjax.models import GaussianMixture
 from dpjax.models.gmm import GMMData
 from dpjax.plotting import Curve, Panel, plot_panels
@@ -158,8 +158,7 @@ EXPERIMENTS = [
         name="gem_adult",
         title="DP gradient EM paper, Figure 5: Gaussian mixture EM on UCI Adult",
         defaults=DEFAULTS, settings=settings,
-        quick=dataclasses.replace(DEFAULTS, eps_grid=(0.5,), T=10), reps=20, quick_reps=2,
-        plot=plot, summary_extra=("error_sym",),
+        quick=dataclasses.replace(DEFAULTS, eps_grid=(0.5,), T=10), plot=plot, **STUDY,
         description="Balanced Adult (23,374 records, 6 standardised continuous features), "
         "centred at the class-mean midpoint; Alg 2 and Alg 1 against non-private gradient EM. "
         "IPUMS panels not available offline.",

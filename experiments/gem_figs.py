@@ -28,6 +28,7 @@ from dpjax.experiments._gem_common import (
     METHOD_LABELS,
     MODEL_TITLES,
     MODELS,
+    STUDY,
     GemConfig,
     dense_beta,
     design_settings,
@@ -146,13 +147,13 @@ def plot_traces(iter_rows, summary, c, path):
 _SMALL = dict(eps_grid=(0.5, 1.0), d_grid=(5,), n_grid=(10000,), n_base=10000, d_base=5)
 
 
-def _design(name, fig, model, title, plot, methods=("dp-gem", "clipped-gem"), T=22, reps=20,
+def _design(name, fig, model, title, plot, methods=("dp-gem", "clipped-gem"), T=22,
             description=""):
     defaults = GemConfig(model=model, methods=methods, T=T)
     return Experiment(
         name=name, title=f"DP gradient EM paper, Figure {fig}: {title}", defaults=defaults,
-        settings=design_settings, quick=dataclasses.replace(defaults, **_SMALL), reps=reps,
-        quick_reps=2, plot=plot, summary_extra=("error_sym",),
+        settings=design_settings, quick=dataclasses.replace(defaults, **_SMALL), plot=plot,
+        **STUDY,
         description=description or "Spec 002 §4.3 grid: eps in {0.2, 0.5, 1}, d in "
         "{5, 10, 20, 40}, n in {1e4, 3e4, 1e5, 3e5}; Alg 2 against Alg 1 (C = 1) and "
         "non-private gradient EM.",
@@ -220,8 +221,7 @@ EXPERIMENTS = [
         name="gem_fig1",
         title="DP gradient EM paper, Figure 1: clipped DP gradient EM (Alg 1) for several C",
         defaults=FIG1_DEFAULTS, settings=fig1_settings,
-        quick=dataclasses.replace(FIG1_DEFAULTS, n=10000, d=5), reps=20, quick_reps=2,
-        plot=fig1_plot, summary_extra=("error_sym",),
+        quick=dataclasses.replace(FIG1_DEFAULTS, n=10000, d=5), plot=fig1_plot, **STUDY,
         description="Alg 1 with C in {0.1, 1, 5, 10} (zCDP calibration of spec 002 §2.4), "
         "Alg 2 and non-private gradient EM on the three models; error against iteration.",
     ),

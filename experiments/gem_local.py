@@ -33,6 +33,7 @@ from dpjax.experiments._common import COLORS, final_rows
 from dpjax.experiments._gem_common import (
     INF,
     METHOD_LABELS,
+    STUDY,
     dense_beta,
     fit_loglog,
     gem_level,
@@ -146,7 +147,7 @@ EXPERIMENTS = [
         quick=dataclasses.replace(DEFAULTS, d=5, T=10, n_local=(2000, 8000),
                                   n_central=(2000,), eps_grid=(0.5, 1.0), n_eps=2000,
                                   non_private=False),
-        reps=20, quick_reps=2, plot=plot, summary_extra=("error_sym",),
+        plot=plot, **STUDY,
         description="Error against n and epsilon of the local-DP gradient EM (ours; each "
         "user releases one psi-gradient once) and central Algorithm 2 at the same "
         "(epsilon, delta), with fitted log-log slopes (theory: -1/4 and -1/2 in n).",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from dpjax.experiments._common import COLORS, final_rows
-from dpjax.experiments._gem_common import GemConfig, design_settings, fit_loglog
+from dpjax.experiments._gem_common import STUDY, GemConfig, design_settings, fit_loglog
 from dpjax.plotting import Claim, Curve, Panel, curve_stats, plot_panels
 from dpjax.study import Experiment
 
@@ -64,7 +64,7 @@ EXPERIMENTS = [
         defaults=DEFAULTS, settings=design_settings,
         quick=dataclasses.replace(DEFAULTS, eps_grid=(0.5, 1.0), d_grid=(5,), n_grid=(10000,),
                                   n_base=10000, d_base=5),
-        reps=20, quick_reps=2, plot=plot, summary_extra=("error_sym",),
+        plot=plot, **STUDY,
         description="Fitted log-log slopes with standard errors (spec 002 check 8); the "
         "Algorithm 2 rows of gem_fig6.",
     )

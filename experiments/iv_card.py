@@ -33,7 +33,7 @@ import numpy as np
 from dpjax import plotting
 from dpjax.algorithms import dp_iv
 from dpjax.config import param
-from dpjax.experiments._common import COLORS, INF
+from dpjax.experiments._common import COLORS, INF, finish_figure
 from dpjax.experiments._iv_common import IVConfig, IVRecord, ZeroInit, level, tracked
 from dpjax.models.iv import IVData
 from dpjax.plotting import curve_stats
@@ -195,11 +195,8 @@ def plot(iter_rows, summary, c, path):
     ax.set_title("(c) clipping sensitivity (paper calibration)", fontsize=8)
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
-    fig.suptitle(f"Card data (spec 004 Fig. 13), n = {data.n}, T = {T}: DP-2S-GD vs 2SLS; "
-                 f"step sizes from the non-private plug-in Theta_hat\n{plotting.BAND_TEXT}",
-                 fontsize=10)
-    fig.tight_layout()
-    plotting.save_figure(fig, path)
+    finish_figure(fig, path, f"Card data (spec 004 Fig. 13), n = {data.n}, T = {T}: DP-2S-GD "
+                  "vs 2SLS; step sizes from the non-private plug-in Theta_hat\n", fontsize=10)
 
 
 EXPERIMENTS = [

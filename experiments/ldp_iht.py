@@ -42,7 +42,7 @@ from dpjax import local_randomizers as LR
 from dpjax import plotting, sweep
 from dpjax.algorithms import ldp_sparse as L
 from dpjax.config import Config, param
-from dpjax.experiments._common import ZeroInit
+from dpjax.experiments._common import ZeroInit, finish_figure
 from dpjax.experiments._ldp_common import fit_slope, iht_plan, record_nldp, select
 from dpjax.models import sparse_lr as M
 from dpjax.results import write_csv
@@ -370,10 +370,8 @@ def plot(iter_rows, summary, c, path):
         ax.set_yscale("log")
         ax.set_ylabel("||theta_hat - theta*||_2")
         ax.legend(fontsize=7)
-    fig.suptitle("LDP-IHT (Zhu et al. 2024, Algs 2 and 4) and Alg 1 at equal epsilon; "
-                 f"{plotting.BAND_TEXT}", fontsize=11)
-    fig.tight_layout()
-    plotting.save_figure(fig, path)
+    finish_figure(fig, path, "LDP-IHT (Zhu et al. 2024, Algs 2 and 4) and Alg 1 at equal "
+                  "epsilon; ")
     write_csv(Path(path).with_name("slopes.csv"), slopes(summary, c))
 
 

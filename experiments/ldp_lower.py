@@ -35,7 +35,7 @@ import numpy as np
 from dpjax import plotting, sweep
 from dpjax.algorithms import ldp_sparse as L
 from dpjax.config import Config, param
-from dpjax.experiments._common import ZeroInit
+from dpjax.experiments._common import ZeroInit, finish_figure
 from dpjax.experiments._ldp_common import iht_plan, select
 from dpjax.experiments.ldp_public import WithPublic
 from dpjax.local_randomizers import local_gaussian_sigma
@@ -233,10 +233,7 @@ def plot(iter_rows, summary, c, path):
                       "Thm 6 prior, sequentially interactive") + f" (d={c['d']}, k={c['k']})",
                      fontsize=10)
         ax.legend(fontsize=7)
-    fig.suptitle("Hard instances of spec 001 §2.7 against the lower-bound rates; "
-                 f"{plotting.BAND_TEXT}", fontsize=11)
-    fig.tight_layout()
-    plotting.save_figure(fig, path)
+    finish_figure(fig, path, "Hard instances of spec 001 §2.7 against the lower-bound rates; ")
     write_csv(Path(path).with_name("flags.csv"), flags(summary, c))
 
 

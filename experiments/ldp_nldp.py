@@ -35,7 +35,7 @@ from dpjax import sweep
 from dpjax.algorithms import ldp_sparse as L
 from dpjax.config import Config, param
 from dpjax.experiments._common import ZeroInit
-from dpjax.experiments._ldp_common import fit_slope, loglog_figure, record_nldp, select
+from dpjax.experiments._ldp_common import STUDY, fit_slope, loglog_figure, record_nldp, select
 from dpjax.models import sparse_lr as M
 from dpjax.results import write_csv
 from dpjax.study import Experiment
@@ -241,8 +241,7 @@ EXPERIMENTS = [
         name="ldp_nldp",
         title="LDP sparse regression (Zhu et al. 2024), Algorithm 1: error vs n, epsilon, d, k",
         defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
-        reps=10, quick_reps=3,
-        summary_extra=("indefinite",),
+        **STUDY,
         description="Streamed users (chunks of 1e6), aggregate noise; lambda by the noise rule "
         "and lambda = 0; d and k panels at n_dk (figure_d.png, figure_k.png); fitted slopes "
         "in slopes.csv. See experiments/reports/ldp_nldp.md.",

@@ -24,7 +24,7 @@ from dpjax import sweep
 from dpjax.algorithms import ldp_sparse as L
 from dpjax.config import Config, param
 from dpjax.experiments._common import ZeroInit
-from dpjax.experiments._ldp_common import fit_slope, loglog_figure, record_nldp, select
+from dpjax.experiments._ldp_common import STUDY, fit_slope, loglog_figure, record_nldp, select
 from dpjax.local_randomizers import local_gaussian_sigma
 from dpjax.models import sparse_lr as M
 from dpjax.results import write_csv
@@ -148,8 +148,7 @@ EXPERIMENTS = [
         name="ldp_public",
         title="LDP sparse regression: Algorithm 3 (public covariates) vs Algorithm 1 against d",
         defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
-        reps=10, quick_reps=3,
-        summary_extra=("indefinite",),
+        **STUDY,
         description="Same private data for both; lambda by the noise rule and lambda = 0; "
         "d-slopes in slopes.csv. See experiments/reports/ldp_public.md.",
     )
