@@ -348,7 +348,7 @@ class Release:
         sensitivity: the declared sensitivity (the largest over the stream).
         scale: the noise scale (the smallest over the stream).
         sensitivity_ratio: true / declared sensitivity (the largest; ``inf`` if unbounded).
-        delta: the delta of a classic-Gaussian or NoisyHT calibration (the largest).
+        delta: the delta of an (epsilon, delta) Gaussian or NoisyHT release (the largest).
         s, log_constant: NoisyHT's selected coordinates; the classic Gaussian's ``c``.
         data: which records each release touches (``"disjoint batch"``, ``"full data"``, ...).
         epsilons: per-release epsilon (approx-DP kinds) or rho (``"gaussian-zcdp"``), in order.

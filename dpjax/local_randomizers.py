@@ -360,8 +360,9 @@ def local_gaussian(
     values differ by at most ``Delta_2``; for a matrix, the Frobenius range, i.e. the l2 norm of
     the flattened value, with i.i.d. noise on every entry).
 
-    Privacy: (epsilon, delta)-LDP for ``epsilon <= 1`` under the local relation (one user's
-    record replaced). ``epsilon = inf`` returns the value unchanged.
+    Privacy: (epsilon, delta)-LDP at every epsilon (the default calibration: classic for
+    ``epsilon <= 1``, analytic above) under the local relation (one user's record replaced).
+    ``epsilon = inf`` returns the value unchanged.
 
     Args:
         key: PRNG key for this user.

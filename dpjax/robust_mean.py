@@ -760,7 +760,8 @@ def private_mean_central(
       error ``O(sqrt(tau log(1/delta) log(1/zeta) / (n epsilon^2)))``.
 
     Privacy: (epsilon, delta)-DP under replace-one neighbours (same ``n``, one record
-    replaced) for ``epsilon <= 1`` (classic Gaussian calibration; a warning is raised above 1).
+    replaced) at every epsilon (the Gaussian mechanism's default calibration: classic for
+    ``epsilon <= 1``, analytic above).
     ``s`` depends only on public quantities (``n``, ``epsilon``, ``delta``, ``tau``, ``zeta``);
     the sensitivity is ``(4 sqrt2/3) s / n`` whatever the data (NaN records score 0).
     ``epsilon = inf`` adds exactly no noise (and with ``"thm2"`` then ``s = inf``: the plain
@@ -816,8 +817,8 @@ def private_mean_local(
     server outputs :math:`\frac1n\sum_i r_i = \hat x + N(0, \sigma_{loc}^2/n)` (eq. 40).
 
     Privacy: each report is (epsilon, delta)-DP with respect to its own user's record (any two
-    records' scores differ by at most ``(4 sqrt2/3) s``; classic Gaussian calibration, proven
-    for ``epsilon <= 1``): non-interactive (epsilon, delta)-LDP; the average is
+    records' scores differ by at most ``(4 sqrt2/3) s``; classic Gaussian calibration for
+    ``epsilon <= 1``, analytic above): non-interactive (epsilon, delta)-LDP; the average is
     post-processing. ``s`` depends only on public inputs. The users' noise is drawn here from
     ``n`` independent keys split from ``key`` (:func:`~dpjax.mechanisms.local_mechanism`).
 
