@@ -7,10 +7,11 @@ the range it must lie in.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -22,6 +23,7 @@ class ConfigError(ValueError):
 
 __all__ = [
     "DPJaxWarning",
+    "TracedFitError",
     "check_array",
     "check_budget",
     "check_choice",
@@ -31,10 +33,13 @@ __all__ = [
     "check_epsilon",
     "check_int_in_range",
     "check_noise_inputs",
+    "check_not_traced",
     "check_positive",
     "check_rho",
     "check_start",
     "check_truncation",
+    "host_only",
+    "resolve_delta",
 ]
 
 
@@ -219,20 +224,80 @@ def check_scalar(value: Any, name: str) -> float:
 
 def check_budget(epsilon: Any, delta: Any, n: int, stacklevel: int = 4, *,
                  allow_1_over_n: bool = False) -> tuple[float, float]:
-    """One fit's ``(epsilon, delta)``: epsilon a scalar in (0, inf], delta in (0, 1) with default
-    ``1/(2n)``; warns (private fits) when ``delta >= 1/n`` (``> 1/n`` with
-    ``allow_1_over_n``, for the papers whose experiments use ``delta = 1/n``), which permits
-    releasing a record outright."""
+    """One fit's ``(epsilon, delta)``: epsilon a scalar in (0, inf], delta by
+    :func:`resolve_delta` (default ``1/(2n)``)."""
     eps = check_scalar(check_epsilon(epsilon), "epsilon")
+    return eps, resolve_delta(delta, n, private=math.isfinite(eps), stacklevel=stacklevel + 1,
+                              allow_1_over_n=allow_1_over_n)
+
+
+#: The one delta policy of every ``fit_*`` (README, "Privacy notes"): ``delta`` is keyword-only
+#: and defaults to ``1/(2n)``, with ``n`` the records (the users of a local-DP fit); for a zCDP
+#: fit it is the delta of the ledger's (epsilon, delta) conversion. The papers' experiments
+#: differ (1/(2n) in 000 and 003, 1/n in 002, 1e-5 in 004): pass theirs to reproduce them.
+DEFAULT_DELTA_RULE = "1/(2n)"
+
+
+def resolve_delta(delta: Any, n: int, *, private: bool = True, stacklevel: int = 3,
+                  allow_1_over_n: bool = False) -> float:
+    """One fit's delta: ``None`` gives the default ``1/(2n)`` (:data:`DEFAULT_DELTA_RULE`); a
+    given value must be a scalar in (0, 1). Warns (``private`` fits) when ``delta >= 1/n``
+    (``> 1/n`` with ``allow_1_over_n``, for the papers whose experiments use ``delta = 1/n``),
+    which permits releasing a record outright."""
     delta = 1.0 / (2.0 * n) if delta is None else delta
     delta = check_scalar(check_delta(delta), "delta")
-    if math.isfinite(eps) and (delta > 1.0 / n or (delta == 1.0 / n and not allow_1_over_n)):
+    if private and (delta > 1.0 / n or (delta == 1.0 / n and not allow_1_over_n)):
         warnings.warn(
             f"delta = {delta:g} {'>' if delta > 1.0 / n else '='} 1/n = {1.0 / n:g}: such a "
             "delta permits releasing a record outright; the usual choice is delta = 1/(2n) or "
             "smaller", DPJaxWarning, stacklevel=stacklevel,
         )
-    return eps, delta
+    return delta
+
+
+class TracedFitError(TypeError):
+    """A ``fit_*`` or :func:`dpjax.fit` called on traced values (under ``jax.jit``,
+    ``jax.vmap``, ``jax.grad``, ...): fits run on the host."""
+
+
+_TRACEABLE = (
+    "the traceable entry points are dpjax.base.run(estimator, key, data, state, hparams) for "
+    "one run (jit, vmap and grad go through it; estimator.ledger(n, hparams, events) composes "
+    "the ledger from its events on the host) and the sweep for studies over repetitions and "
+    "privacy levels (dpjax.sweep.study_function, one compiled kernel per shape; dpjax.study "
+    "runs whole experiments)")
+
+
+def check_not_traced(entry: str, *values: Any) -> None:
+    """Refuse traced inputs to a host entry point with a message that names the traceable ones.
+
+    A fit validates concrete values, raises on them, and builds its privacy ledger on the host
+    from the noise scales it drew, so it cannot run inside a JAX transformation (where it would
+    end in a raw ``TracerArrayConversionError``)."""
+    import jax
+
+    leaves = jax.tree_util.tree_leaves(values)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        raise TracedFitError(
+            f"{entry} was called on traced values (under jax.jit, jax.vmap, jax.grad or "
+            "another JAX transformation): a fit checks concrete inputs and builds its privacy "
+            f"ledger on the host, so it cannot be traced; {_TRACEABLE}")
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def host_only(fn: _F) -> _F:
+    """Decorate a public ``fit_*``: :func:`check_not_traced` on all its arguments first, before
+    any host conversion."""
+    entry = f"{fn.__module__}.{fn.__qualname__}"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        check_not_traced(entry, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return cast(_F, wrapper)
 
 
 def check_start(beta0: Any, d: int, s: int | None = None, s_name: str = "s") -> np.ndarray:

@@ -245,6 +245,10 @@ def fit(
     recompile), composes the ledger from the privacy events the run drew
     (``estimator.ledger(n, hparams, events)``), and refuses a non-finite estimate.
 
+    A fit runs on the host (it checks concrete values and builds the ledger there): under
+    ``jax.jit`` or ``jax.vmap`` it raises :class:`~dpjax._validate.TracedFitError`; trace
+    :func:`run` or the sweep (:func:`dpjax.sweep.study_function`) instead.
+
     Args:
         estimator: the estimator.
         key: PRNG key (or int seed) for the noise.
@@ -263,6 +267,7 @@ def fit(
         grid: with ``secure``: the public grid step, a power of two (default: per release,
             from its sensitivity; see :func:`~dpjax.mechanisms.secure_noise`).
     """
+    _validate.check_not_traced("dpjax.fit", key, data, params0, hparams)
     _validate.check_hparams(hparams)
     if n is None:
         n = int(jax.tree_util.tree_leaves(data)[0].shape[0])

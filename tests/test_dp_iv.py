@@ -352,7 +352,8 @@ def test_rho_inf_converges_to_2sls_and_linearmodels_iv2sls(key, p, q):
         beta_ref = np.linalg.solve(h, theta_hat.T @ z.T @ y)
         lm = IV2SLS(y, None, x, z).fit(cov_type="unadjusted").params.to_numpy()
         np.testing.assert_allclose(lm, beta_ref, rtol=1e-10)
-        beta_2sls, theta_2sls = dp_iv.fit_2sls(data)
+        tsls = dp_iv.fit_2sls(data)
+        beta_2sls, theta_2sls = tsls.estimate, tsls.state.theta
         np.testing.assert_allclose(beta_2sls, beta_ref, rtol=1e-10)
         np.testing.assert_allclose(theta_2sls, theta_hat, rtol=1e-10)
         # Step sizes with room (the test may use the data: it is a numerical check).
@@ -502,7 +503,7 @@ def test_simulator_confounding_exclusion_and_identification():
     close(e2[:, :, None] * e2[:, None, :], np.eye(2) + prm.phi.T @ prm.phi)
     close(z * e1[:, None], 0.0)  # exclusion
     close(z[:, :, None] * z[:, None, :], np.eye(3))  # isotropic instruments
-    beta_2sls, _ = dp_iv.fit_2sls(data)
+    beta_2sls = dp_iv.fit_2sls(data).estimate
     ols = np.linalg.lstsq(x, y, rcond=None)[0]
     err_2sls, err_ols = np.linalg.norm(beta_2sls - prm.beta), np.linalg.norm(ols - prm.beta)
     assert err_2sls < 0.02 and err_ols > 5 * err_2sls  # OLS is biased by the confounder

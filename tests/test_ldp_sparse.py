@@ -430,8 +430,8 @@ def test_indefinite_noisy_covariance_is_reported_not_returned(key):
     st = _run(L.nldp(1), key, (x, y), hp, d)
     assert float(st.min_eig) <= 0 and not np.asarray(st.beta).any()  # 0, flagged
     with pytest.raises(L.IndefiniteCovarianceError, match="indefinite .* too small"):
-        L.fit_nldp(same_key(key), x, y, hp)
-    res = L.fit_nldp(jax.random.fold_in(key, 1), x, y, _hp(INF, lam=0.0))
+        L.fit_nldp(same_key(key), (x, y), **hp._asdict())
+    res = L.fit_nldp(jax.random.fold_in(key, 1), (x, y), **_hp(INF, lam=0.0)._asdict())
     assert res.ledger.approx_dp.epsilon == INF and float(res.state.min_eig) > 0
 
 
@@ -494,8 +494,10 @@ def test_invalid_inputs_raise_errors_naming_the_parameter(key):
         M.hard_theta_nldp(key, 10, 4, 0.6)
     with pytest.raises(ValueError, match="df must be 0"):
         M.SparseLinearModel(df=1.5)
-    with pytest.raises(ValueError, match="x must be"):
-        L.fit_nldp(key, jnp.ones(5), jnp.ones(5), _hp(1.0))
+    with pytest.raises(ValueError, match="data.x must have 2 dimension"):
+        L.fit_nldp(key, (jnp.ones(5), jnp.ones(5)), **_hp(1.0)._asdict())
+    with pytest.raises(TypeError, match=r"data must be a pair \(x \(n, d\), y \(n,\)\)"):
+        L.fit_nldp(key, jnp.ones((5, 2)), **_hp(1.0)._asdict())
     x = jnp.ones((2, 3))
     with pytest.raises(ValueError, match="cannot form num_steps"):
         _run(L.ldp_iht(3, 2), key, (x, jnp.ones(2)),

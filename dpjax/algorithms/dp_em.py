@@ -55,7 +55,8 @@ import numpy as np
 
 from dpjax import _validate, registry
 from dpjax.accounting import ApproxDP, Ledger, Release
-from dpjax.base import Estimator, FitResult, as_key, batch_size, fit
+from dpjax.algorithms._boundary import check_model, checked_inputs
+from dpjax.base import Estimator, FitResult, batch_size, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     gaussian_mechanism,
@@ -287,6 +288,10 @@ def _ledger(
 # --------------------------------------------------------------------------------------------
 
 
+_EM_MODEL = ("dpjax.models.EMModel (e.g. GaussianMixture, MixtureOfRegressions, "
+             "RegressionMissingCovariates)")
+
+
 def _fit(
     privatiser: Privatiser,
     key: Any,
@@ -304,17 +309,13 @@ def _fit(
     on_invalid: str = "raise",
     secure: bool = False,
 ) -> FitResult:
-    key = as_key(key)
-    if not isinstance(model, EMModel):
-        raise TypeError("model must implement dpjax.models.EMModel (e.g. GaussianMixture, "
-                        f"MixtureOfRegressions, RegressionMissingCovariates); got "
-                        f"{type(model).__name__}")
-    data = model.validate_data(data, on_invalid)
-    n, d = model.num_records(data), model.dim(data)
-    N0 = default_num_iterations(n) if num_iterations is None else num_iterations
-    N0 = _validate.check_int_in_range(N0, "num_iterations (N0)", 1, n if sample_splitting else None)
-    eps, delta = _validate.check_budget(epsilon, delta, n)
-    _validate.check_positive(eta, "eta")
+    check_model(model, EMModel, _EM_MODEL)
+    a = checked_inputs(key, data, model.validate_data, model.num_records, on_invalid=on_invalid,
+                   num_iterations=num_iterations, default_iterations=default_num_iterations,
+                   at_most_n=sample_splitting, iterations_name="num_iterations (N0)",
+                   epsilon=epsilon, delta=delta, eta=eta)
+    data, n, N0, eps, delta = a.data, a.n, a.num_iterations, a.epsilon, a.delta
+    d = model.dim(data)
     truncation = default_truncation(n) if truncation is None else truncation
     _validate.check_truncation(truncation, eps)
     if privatiser in ("noisy-ht", "top-s"):
@@ -329,7 +330,7 @@ def _fit(
     else:
         estimator = gradient_em(model, N0, sample_splitting)
     hp = default_hparams(n, eps, delta, eta, truncation)
-    res = fit(estimator, key, data, beta0, hp, n=n, secure=secure)
+    res = fit(estimator, a.key, data, beta0, hp, n=n, secure=secure)
     if privatiser in ("noisy-ht", "gaussian"):
         # Facts computed from the public iterates beta^0 .. beta^{N0-1} (post-processing).
         used = np.concatenate([np.asarray(beta0, np.float64)[None], res.trace[:-1]], axis=0)
@@ -339,15 +340,16 @@ def _fit(
     return res
 
 
+@_validate.host_only
 def fit_hd_dp_em(
     key: Any,
     data: Any,
     model: EMModel,
     *,
-    s_hat: int,
-    beta0: Any,
     epsilon: Any,
     delta: Any = None,
+    s_hat: int,
+    beta0: Any,
     eta: Any = 0.5,
     truncation: Any = None,
     num_iterations: int | None = None,
@@ -365,7 +367,8 @@ def fit_hd_dp_em(
         s_hat: coordinates kept per iteration, ``1 <= s_hat <= d``.
         beta0: data-independent initial value with at most ``s_hat`` non-zeros.
         epsilon: in (0, inf]; inf gives the non-private limit with exactly zero noise.
-        delta: in (0, 1); default ``1/(2n)``.
+        delta: in (0, 1); default ``1/(2n)`` (the paper's experiments; the one delta policy of
+            every ``fit_*``, :func:`dpjax._validate.resolve_delta`).
         eta: step size > 0 (default 0.5, the paper's experiments).
         truncation: ``T`` in (0, inf]; default ``sqrt(log n)``; inf only with epsilon = inf.
         num_iterations: ``N0`` in [1, n]; default ``ceil(log n)``.
@@ -385,14 +388,30 @@ def fit_hd_dp_em(
                 on_invalid=on_invalid, secure=secure)
 
 
-def fit_ld_dp_em(key: Any, data: Any, model: EMModel, *, beta0: Any, epsilon: Any,
-                 **options: Any) -> FitResult:
-    """Fit low-dimensional DP-EM (spec 000 Alg 4/7/8 by ``model``) to one data set; arguments
-    (``delta``, ``eta``, ``truncation``, ``num_iterations``, ``on_invalid``) as
-    :func:`fit_hd_dp_em` without ``s_hat``. Warns if epsilon > 1 (classic Gaussian)."""
-    return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, **options)
+@_validate.host_only
+def fit_ld_dp_em(
+    key: Any,
+    data: Any,
+    model: EMModel,
+    *,
+    epsilon: Any,
+    delta: Any = None,
+    beta0: Any,
+    eta: Any = 0.5,
+    truncation: Any = None,
+    num_iterations: int | None = None,
+    on_invalid: str = "raise",
+    secure: bool = False,
+) -> FitResult:
+    """Fit low-dimensional DP-EM (spec 000 Alg 4/7/8 by ``model``) to one data set: the
+    Gaussian mechanism on the whole truncated update. Arguments as :func:`fit_hd_dp_em` without
+    ``s_hat`` (``beta0`` any data-independent start); ``secure=True`` is available."""
+    return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
+                eta=eta, truncation=truncation, num_iterations=num_iterations,
+                on_invalid=on_invalid, secure=secure)
 
 
+@_validate.host_only
 def fit_truncated_em(
     data: Any,
     model: EMModel,
@@ -411,19 +430,29 @@ def fit_truncated_em(
                      num_iterations=num_iterations, eta=eta, sample_splitting=sample_splitting)
 
 
-def fit_gradient_em(data: Any, model: EMModel, *, beta0: Any, num_iterations: int,
-                    **options: Any) -> FitResult:
+@_validate.host_only
+def fit_gradient_em(
+    data: Any,
+    model: EMModel,
+    *,
+    beta0: Any,
+    num_iterations: int,
+    eta: Any = 0.5,
+    sample_splitting: bool = False,
+) -> FitResult:
     """Non-private gradient EM of Balakrishnan et al. (2017): ``beta <- beta + eta grad
-    Q_n(beta; beta)``, on all data (default) or one disjoint batch per iteration; arguments
-    (``eta``, ``sample_splitting``) as :func:`fit_truncated_em` without ``s_hat``.
-    Deterministic; its ledger says "not DP"."""
-    return _baseline("none", data, model, beta0=beta0, num_iterations=num_iterations, **options)
+    Q_n(beta; beta)``, on all data (default) or one disjoint batch per iteration; arguments as
+    :func:`fit_truncated_em` without ``s_hat``. Deterministic; its ledger says "not DP"."""
+    return _baseline("none", data, model, beta0=beta0, num_iterations=num_iterations, eta=eta,
+                     sample_splitting=sample_splitting)
 
 
-def _baseline(privatiser: Privatiser, data: Any, model: EMModel, *, eta: Any = 0.5,
-              sample_splitting: bool = False, **kw: Any) -> FitResult:
-    return _fit(privatiser, jax.random.key(0), data, model, epsilon=math.inf,
-                truncation=math.inf, eta=eta, sample_splitting=sample_splitting, **kw)
+def _baseline(privatiser: Privatiser, data: Any, model: EMModel, *, beta0: Any,
+              num_iterations: int, eta: Any, sample_splitting: bool,
+              s_hat: int | None = None) -> FitResult:
+    return _fit(privatiser, jax.random.key(0), data, model, beta0=beta0, epsilon=math.inf,
+                truncation=math.inf, num_iterations=num_iterations, eta=eta, s_hat=s_hat,
+                sample_splitting=sample_splitting)
 
 
 # --------------------------------------------------------------------------------------------

@@ -74,7 +74,8 @@ import numpy as np
 
 from dpjax import _validate, registry
 from dpjax.accounting import ApproxDP, Ledger, Release
-from dpjax.base import Estimator, FitResult, as_key, fit
+from dpjax.algorithms._boundary import check_model, checked_inputs
+from dpjax.base import Estimator, FitResult, fit
 from dpjax.mechanisms import (
     BoundedStatistic,
     PrivacyEvent,
@@ -643,54 +644,51 @@ def _robust_fields(eps: float, tau: Any, zeta: Any, s_rule: str, s: Any, n: int,
     return _f32(tau, zeta, s_val)
 
 
-def _checked(key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0,
-             stacklevel):
+def _checked(key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0):
     """The arguments every fit shares, checked: ``(key, data, n, num_iterations, epsilon,
-    delta, beta0)``; ``delta`` is required (the paper uses ``1/n``: a warning above that)."""
-    key = as_key(key)
-    if not isinstance(model, EMModel):
-        raise TypeError(f"model must implement dpjax.models.EMModel (per_sample_gradients, ...); "
-                        f"got {type(model).__name__}")
-    _validate.check_on_invalid(on_invalid)
-    data = model.validate_data(data, on_invalid)
-    n = model.num_records(data)
-    num_iterations = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
-    eps, dl = _validate.check_budget(epsilon, _validate.check_delta(delta), n, stacklevel + 1,
-                                     allow_1_over_n=True)
-    _validate.check_positive(eta, "eta")
+    delta, beta0)``; ``delta`` by the one policy (default ``1/(2n)``; the paper's ``1/n`` is
+    allowed, a warning above that)."""
+    check_model(model, EMModel, "dpjax.models.EMModel (per_sample_gradients, ...)")
+    key, data, n, num_iterations, eps, dl = checked_inputs(
+        key, data, model.validate_data, model.num_records, on_invalid=on_invalid,
+        num_iterations=num_iterations, epsilon=epsilon, delta=delta, eta=eta,
+        allow_1_over_n=True)
     beta0 = _validate.check_array(beta0, "beta0", shape=(model.dim(data),))
     return key, data, n, num_iterations, eps, dl, beta0
 
 
 def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta, on_invalid,
-         options: dict[str, Any]) -> FitResult:
+         secure: bool, options: dict[str, Any]) -> FitResult:
     """Validate the shared arguments, build the estimator of ``kind`` and its hyperparameters,
     and fit. ``kind``: ``"gradient"`` (Alg 2), ``"exact_m"`` (Alg 3) or ``"clipped"`` (Alg 1)."""
     key, data, n, num_iterations, eps, dl, beta0 = _checked(
-        key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0, 4)
+        key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0)
     if kind == "clipped":
         c = _validate.check_truncation(options["clip"], eps, "clip")
         if c.ndim:
             raise ValueError("clip must be a scalar")
         hp: Any = ClippedGEMHyperparams(*_f32(eps, dl, eta, c))
-        return fit(clipped_gem(model, num_iterations), key, data, beta0, hp, n=n)
+        return fit(clipped_gem(model, num_iterations), key, data, beta0, hp, n=n, secure=secure)
     fields = _robust_fields(eps, options["tau"], options["zeta"], options["s_rule"],
                             options["s"], n)
     if kind == "exact_m":
         est = dp_exact_em(model, num_iterations, options["s_rule"])
-        return fit(est, key, data, beta0, DPEMExactHyperparams(*_f32(eps, dl), *fields), n=n)
+        return fit(est, key, data, beta0, DPEMExactHyperparams(*_f32(eps, dl), *fields), n=n,
+                   secure=secure)
     if options["sample_split"] and n < num_iterations:
         raise ValueError(f"sample_split=True needs at least one record per iteration: n = {n} "
                          f"< num_iterations = {num_iterations}")
     est = dp_gem(model, num_iterations, options["s_rule"], options["sample_split"])
-    return fit(est, key, data, beta0, DPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n)
+    return fit(est, key, data, beta0, DPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n,
+               secure=secure)
 
 
+@_validate.host_only
 def fit_dp_gem(
-    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any, num_iterations: int,
-    beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05,
+    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
+    num_iterations: int, beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05,
     s_rule: SRule = "sigma_consistent", s: Any = None, sample_split: bool = False,
-    on_invalid: str = "raise",
+    on_invalid: str = "raise", secure: bool = False,
 ) -> FitResult:
     """Fit Algorithm 2 (DP gradient EM, spec 002 §2.5) to one data set.
 
@@ -701,7 +699,8 @@ def fit_dp_gem(
         model: e.g. ``GaussianMixture(0.5)``; needs ``per_sample_gradients``.
         epsilon: in (0, inf]; inf gives the non-private gradient EM (no noise, and ``s = inf``
             unless ``s_rule="explicit"``).
-        delta: in (0, 1) (the paper uses ``1/n``; a warning above that).
+        delta: in (0, 1); default ``1/(2n)`` (the one delta policy of every ``fit_*``; the
+            paper's experiments use ``1/n``, allowed here; a warning above that).
         num_iterations: ``T >= 1`` (the paper's experiments: 22).
         beta0: data-independent initial value, shape ``(d,)``.
         tau: public bound on the per-coordinate second moment of the per-sample gradients (> 0).
@@ -713,19 +712,22 @@ def fit_dp_gem(
         sample_split: the variant of spec 002 A10, not in the paper (see :func:`dp_gem`);
             needs ``n >= num_iterations``.
         on_invalid: as in :func:`dpjax.algorithms.dp_em.fit_ld_dp_em`.
+        secure: the floating-point-safe noise path for a real release (see :func:`dpjax.fit`).
 
     Returns:
         :class:`~dpjax.base.FitResult`; its ledger delivers exactly ``(epsilon, delta)``.
     """
     return _fit("gradient", key, data, model, epsilon, delta, num_iterations, beta0, eta,
-                on_invalid, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s,
-                                 sample_split=sample_split))
+                on_invalid, secure, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s,
+                                         sample_split=sample_split))
 
 
+@_validate.host_only
 def fit_dp_exact_em(
-    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any, num_iterations: int,
-    beta0: Any, tau: Any, zeta: Any = 0.05, s_rule: SRule = "sigma_consistent", s: Any = None,
-    on_invalid: str = "raise",
+    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
+    num_iterations: int, beta0: Any, tau: Any, zeta: Any = 0.05,
+    s_rule: SRule = "sigma_consistent", s: Any = None, on_invalid: str = "raise",
+    secure: bool = False,
 ) -> FitResult:
     """Fit Algorithm 3 (DP exact-M-step EM, spec 002 §2.6; Gaussian mixture only).
 
@@ -734,12 +736,14 @@ def fit_dp_exact_em(
     ``beta*_j^2 + sigma^2``). ``epsilon = inf`` (with a rule-based ``s``) is the exact EM.
     """
     return _fit("exact_m", key, data, model, epsilon, delta, num_iterations, beta0, 1.0,
-                on_invalid, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s))
+                on_invalid, secure, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s))
 
 
+@_validate.host_only
 def fit_clipped_gem(
-    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any, num_iterations: int,
-    beta0: Any, eta: Any = 1.0, clip: Any = 1.0, on_invalid: str = "raise",
+    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
+    num_iterations: int, beta0: Any, eta: Any = 1.0, clip: Any = 1.0,
+    on_invalid: str = "raise", secure: bool = False,
 ) -> FitResult:
     """Fit Algorithm 1 (clipped DP gradient EM, spec 002 §2.4) to one data set.
 
@@ -748,35 +752,38 @@ def fit_clipped_gem(
     ``tau``, ``zeta``, ``s_rule`` and ``s``.
     """
     return _fit("clipped", key, data, model, epsilon, delta, num_iterations, beta0, eta,
-                on_invalid, dict(clip=clip))
+                on_invalid, secure, dict(clip=clip))
 
 
+@_validate.host_only
 def fit_ldp_gem(
-    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any, num_iterations: int,
-    beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05, s_rule: LDPSRule = "ldp",
-    s: Any = None, on_invalid: str = "raise",
+    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
+    num_iterations: int, beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05,
+    s_rule: LDPSRule = "ldp", s: Any = None, on_invalid: str = "raise", secure: bool = False,
 ) -> FitResult:
     """Fit the local-DP gradient EM (:func:`ldp_gem`; ours, not in the paper) to one data set
     of ``n`` users, one record each.
 
     Arguments as :func:`fit_dp_gem`, except: ``epsilon`` and ``delta`` are each user's local
-    budget (every user releases once); ``num_iterations`` ``T`` is also the number of user
-    groups (needs ``n >= T``; the remainder ``n mod T`` joins the last group); ``s_rule`` is
-    ``"ldp"`` (default, :func:`ldp_smoothing_parameters`) or ``"explicit"``.
+    budget (every user releases once; ``delta`` defaults to ``1/(2n)``, ``n`` the users);
+    ``num_iterations`` ``T`` is also the number of user groups (needs ``n >= T``; the remainder
+    ``n mod T`` joins the last group); ``s_rule`` is ``"ldp"`` (default,
+    :func:`ldp_smoothing_parameters`) or ``"explicit"``.
 
     Returns:
         :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) delivers exactly
         ``(epsilon, delta)`` to every user.
     """
     key, data, n, num_iterations, eps, dl, beta0 = _checked(
-        key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0, 3)
+        key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0)
     ldp_user_groups(n, num_iterations)  # raises if n < T
     if s_rule not in LDP_S_RULES:
         raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
     fields = _robust_fields(eps, tau, zeta, "explicit" if s_rule == "explicit" else
                             "sigma_consistent", s, n, local=True)
     est = ldp_gem(model, num_iterations, s_rule)
-    return fit(est, key, data, beta0, LDPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n)
+    return fit(est, key, data, beta0, LDPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n,
+               secure=secure)
 
 
 # --------------------------------------------------------------------------------------------

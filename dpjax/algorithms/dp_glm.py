@@ -87,7 +87,8 @@ from dpjax.accounting import (
     gaussian_mu_for_epsilon,
     zcdp_for_approx_dp,
 )
-from dpjax.base import Estimator, FitResult, as_key, fit
+from dpjax.algorithms._boundary import check_model, checked_inputs
+from dpjax.base import Estimator, FitResult, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     gaussian_mechanism,
@@ -478,16 +479,13 @@ def _ledger_non_private(name: str, T: int, what: str, n: int, hparams: GLMHyperp
 # --------------------------------------------------------------------------------------------
 
 
-def _prepare(key, data, model, epsilon, num_iterations, *, delta=None, eta=1.0,
-             truncation=None, beta0=None, b_constant=4.0, on_invalid="raise", s=None):
-    if not isinstance(model, GLM):
-        raise TypeError(f"model must be a dpjax.models.glm.GLM; got {type(model).__name__}")
-    key = as_key(key)
-    data = model.validate_data(data, on_invalid)
-    n, d = model.num_records(data), model.dim(data)
-    T = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
-    eps, delta = _validate.check_budget(epsilon, delta, n)
-    _validate.check_positive(eta, "eta")
+def _prepare(key, data, model, epsilon, num_iterations, *, delta, eta, truncation, beta0,
+             b_constant, on_invalid, s=None):
+    check_model(model, GLM, "a dpjax.models.glm.GLM")
+    a = checked_inputs(key, data, model.validate_data, model.num_records, on_invalid=on_invalid,
+                   num_iterations=num_iterations, epsilon=epsilon, delta=delta, eta=eta)
+    key, data, n, T, eps, delta = a
+    d = model.dim(data)
     if truncation is None:
         if model.family == "logistic":
             truncation = 1.0  # ess sup |y| = 1 (spec 003 §2.1)
@@ -516,14 +514,15 @@ def _prepare(key, data, model, epsilon, num_iterations, *, delta=None, eta=1.0,
     return key, data, n, T, eps, delta, eta, truncation, beta0, b, s
 
 
+@_validate.host_only
 def fit_dp_glm(
     key: Any,
     data: Any,
     model: GLM,
     *,
     epsilon: Any,
-    num_iterations: int,
     delta: Any = None,
+    num_iterations: int,
     eta: Any = 1.0,
     truncation: Any = None,
     beta0: Any = None,
@@ -540,7 +539,8 @@ def fit_dp_glm(
         model: a :class:`~dpjax.models.glm.GLM`.
         epsilon: in (0, inf]; inf gives the non-private limit with exactly zero noise.
         num_iterations: ``T >= 1`` (the noise grows with it; fixed before the run).
-        delta: in (0, 1); default ``1/(2n)``.
+        delta: in (0, 1); default ``1/(2n)`` (the paper's simulations; the one delta policy of
+            every ``fit_*``, :func:`dpjax._validate.resolve_delta`).
         eta: step size > 0 (default 1, the paper's simulations).
         truncation: ``R`` in (0, inf]; default 1 for the logistic model (``y`` in {0, 1});
             required for private linear/Poisson fits; inf only with epsilon = inf.
@@ -566,19 +566,34 @@ def fit_dp_glm(
     return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n, secure=secure)
 
 
-def fit_sparse_dp_glm(key: Any, data: Any, model: GLM, *, s: int, epsilon: Any,
-                      num_iterations: int, secure: bool = False, **options: Any) -> FitResult:
+@_validate.host_only
+def fit_sparse_dp_glm(
+    key: Any,
+    data: Any,
+    model: GLM,
+    *,
+    epsilon: Any,
+    delta: Any = None,
+    s: int,
+    num_iterations: int,
+    eta: Any = 1.0,
+    truncation: Any = None,
+    beta0: Any = None,
+    b_constant: float = 4.0,
+    on_invalid: str = "raise",
+    secure: bool = False,
+) -> FitResult:
     """Fit Algorithm 5 (sparse DP GLM by noisy IHT with peeling) to one data set.
 
-    Arguments (``delta``, ``eta``, ``truncation``, ``beta0``, ``b_constant``, ``on_invalid``)
-    as :func:`fit_dp_glm`, plus ``s`` (the sparsity of every iterate, ``1 <= s <= d``; the
-    paper's simulations use twice the true sparsity) and no calibration choice. ``beta0`` must
-    have at most ``s`` non-zeros. x is clipped to the box ``[-sigma_x, sigma_x]^d``. The result
-    is (epsilon, delta)-DP (replace-one) by basic composition of ``T`` NoisyHT steps at
-    ``(epsilon/T, delta/T)``.
+    Arguments as :func:`fit_dp_glm`, plus ``s`` (the sparsity of every iterate, ``1 <= s <= d``;
+    the paper's simulations use twice the true sparsity) and no calibration choice. ``beta0``
+    must have at most ``s`` non-zeros. x is clipped to the box ``[-sigma_x, sigma_x]^d``. The
+    result is (epsilon, delta)-DP (replace-one) by basic composition of ``T`` NoisyHT steps at
+    ``(epsilon/T, delta/T)``. ``secure=True`` raises: peeling has no floating-point-safe path.
     """
     key, data, n, T, eps, delta, eta, R, beta0, b, s = _prepare(
-        key, data, model, epsilon, num_iterations, s=s, **options)
+        key, data, model, epsilon, num_iterations, s=s, delta=delta, eta=eta,
+        truncation=truncation, beta0=beta0, b_constant=b_constant, on_invalid=on_invalid)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration="paper")
     return fit(noisy_iht(model, s, T, b), key, data, beta0, hp, n=n, secure=secure)
 

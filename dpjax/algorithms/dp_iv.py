@@ -68,7 +68,8 @@ import numpy as np
 
 from dpjax import _validate, registry
 from dpjax.accounting import ZCDP, Ledger, Release
-from dpjax.base import Estimator, FitResult, as_key, fit
+from dpjax.algorithms._boundary import checked_inputs
+from dpjax.base import Estimator, FitResult, fit
 from dpjax.mechanisms import PrivacyEvent, gaussian_mechanism_zcdp, no_privacy_event
 from dpjax.models import iv
 
@@ -430,21 +431,24 @@ def _check_gamma(gamma: Any, rho: Any, name: str, rho_name: str) -> np.ndarray:
     return g
 
 
+def _num_records(data: iv.IVData) -> int:
+    return int(data.z.shape[0])
+
+
 def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: Any, alpha: Any,
          num_iterations: int, gamma1: Any = None, gamma2: Any = None, calibration: str = "paper",
-         delta: Any = DEFAULT_DELTA, theta0: Any = None, beta0: Any = None, tau: float = 5.0,
+         delta: Any = None, theta0: Any = None, beta0: Any = None, tau: float = 5.0,
          on_invalid: str = "raise", secure: bool = False) -> FitResult:
-    key = None if key is None else as_key(key)
     _validate.check_choice(calibration, "calibration", CALIBRATIONS)
-    data = iv.validate_iv_data(data, on_invalid)
-    n, q = data.z.shape
-    p = data.x.shape[1]
-    T = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     r1 = _validate.check_scalar(_validate.check_rho(rho1, "rho1"), "rho1")
     r2 = _validate.check_scalar(_validate.check_rho(rho2, "rho2"), "rho2")
-    e = _validate.check_scalar(_validate.check_positive(eta, "eta"), "eta")
+    key, data, n, T, _, delta = checked_inputs(
+        key, data, iv.validate_iv_data, _num_records, on_invalid=on_invalid,
+        num_iterations=num_iterations, delta=delta, eta=eta,
+        private=math.isfinite(r1) or math.isfinite(r2))
+    q, p = data.z.shape[1], data.x.shape[1]
+    e = float(eta)
     a = _validate.check_scalar(_validate.check_positive(alpha, "alpha"), "alpha")
-    _validate.check_scalar(_validate.check_delta(delta), "delta")
     default_gamma = clipping_threshold(n, q, T, tau)
     g1 = default_gamma if gamma1 is None else gamma1
     g2 = default_gamma if gamma2 is None else gamma2
@@ -461,12 +465,12 @@ def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: An
         estimator = two_stage_gd(T)
         r1 = r2 = math.inf
         g1 = g2 = math.inf
-        key = jax.random.key(0) if key is None else key  # unused: the step draws nothing
+        key = jax.random.key(0)  # unused: the step draws nothing
     elif variant == "beta-only":
         estimator = dp_2s_gd_beta_only(T, calibration)
     else:
         estimator = dp_2s_gd(T, calibration)
-    hp = make_hparams(r1, r2, e, a, g1, g2, float(delta))
+    hp = make_hparams(r1, r2, e, a, g1, g2, delta)
     state0 = (jnp.asarray(th0, dtype), jnp.asarray(b0, dtype))
 
     diverged = FloatingPointError(
@@ -481,19 +485,20 @@ def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: An
     return res
 
 
+@_validate.host_only
 def fit_dp_2s_gd(
     key: Any,
     data: Any,
     *,
     rho1: Any,
     rho2: Any,
+    delta: Any = None,
     eta: Any,
     alpha: Any,
     num_iterations: int,
     gamma1: Any = None,
     gamma2: Any = None,
     calibration: Calibration = "paper",
-    delta: Any = DEFAULT_DELTA,
     theta0: Any = None,
     beta0: Any = None,
     tau: float = 5.0,
@@ -506,13 +511,15 @@ def fit_dp_2s_gd(
         key: PRNG key (or int seed) for the noise.
         data: :class:`~dpjax.models.iv.IVData` or ``(z (n, q), x (n, p), y (n,))``, ``q >= p``.
         rho1, rho2: zCDP budgets of the two stages in (0, inf]; inf gives exactly zero noise.
+        delta: the delta of the ledger's (epsilon, delta) conversion, in (0, 1); default
+            ``1/(2n)`` (the one delta policy of every ``fit_*``; the paper reports at
+            ``DEFAULT_DELTA = 1e-5``: pass it to reproduce).
         eta, alpha: step sizes > 0; must be data-independent for the guarantee (see
             :func:`paper_step_sizes` for the paper's rule from a public ``Theta``).
         num_iterations: ``T >= 1``.
         gamma1, gamma2: clipping thresholds in (0, inf]; default the paper's
             ``(sqrt(q) + sqrt(tau + log(n T)))^2`` (``c0 = 1``); inf only with ``rho = inf``.
         calibration: ``"paper"`` (default; delivers ``(rho1 + rho2)/2``) or ``"tight"``.
-        delta: target delta of the (epsilon, delta) conversion in the ledger, in (0, 1).
         theta0, beta0: data-independent start (default zeros, as the paper).
         tau: the ``tau`` of the default clipping rule.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
@@ -530,16 +537,35 @@ def fit_dp_2s_gd(
                 on_invalid=on_invalid, secure=secure)
 
 
-def fit_dp_2s_gd_beta_only(key: Any, data: Any, *, rho2: Any, eta: Any, alpha: Any,
-                           num_iterations: int, **options: Any) -> FitResult:
+@_validate.host_only
+def fit_dp_2s_gd_beta_only(
+    key: Any,
+    data: Any,
+    *,
+    rho2: Any,
+    delta: Any = None,
+    eta: Any,
+    alpha: Any,
+    num_iterations: int,
+    gamma2: Any = None,
+    calibration: Calibration = "paper",
+    theta0: Any = None,
+    beta0: Any = None,
+    tau: float = 5.0,
+    on_invalid: str = "raise",
+    secure: bool = False,
+) -> FitResult:
     """The paper's Algorithm 3, for reproduction only: **not DP as claimed** (its ledger gives
     the beta releases their true sensitivity ``2 gamma2`` and a vacuous guarantee, and the
-    non-private first stage makes the run not DP). Arguments (``gamma2``, ``calibration``,
-    ``delta``, ``theta0``, ``beta0``, ``tau``, ``on_invalid``) as :func:`fit_dp_2s_gd`."""
+    non-private first stage makes the run not DP). Arguments as :func:`fit_dp_2s_gd` (no
+    ``rho1`` or ``gamma1``: the first stage is neither clipped nor noised)."""
     return _fit("beta-only", key, data, rho1=math.inf, rho2=rho2, eta=eta, alpha=alpha,
-                num_iterations=num_iterations, **options)
+                num_iterations=num_iterations, gamma2=gamma2, calibration=calibration,
+                delta=delta, theta0=theta0, beta0=beta0, tau=tau, on_invalid=on_invalid,
+                secure=secure)
 
 
+@_validate.host_only
 def fit_two_stage_gd(data: Any, *, eta: Any, alpha: Any, num_iterations: int,
                      theta0: Any = None, beta0: Any = None) -> FitResult:
     """Non-private 2S-GD (Algorithm 2): no clipping, no noise, no key. Its ledger says
@@ -549,11 +575,19 @@ def fit_two_stage_gd(data: Any, *, eta: Any, alpha: Any, num_iterations: int,
                 theta0=theta0, beta0=beta0)
 
 
-def fit_2sls(data: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Closed-form 2SLS (non-private): ``(beta_hat (p,), Theta_hat (q, p))``."""
+@_validate.host_only
+def fit_2sls(data: Any) -> FitResult:
+    """Closed-form 2SLS (non-private): a :class:`FitResult` with ``estimate = beta_hat (p,)``,
+    ``state = DPIVState(Theta_hat (q, p), beta_hat)``, no trace (nothing iterates) and a ledger
+    that says non-private."""
     data = iv.validate_iv_data(data)
-    beta_hat, theta_hat = _tsls_jit(data)
-    return np.asarray(beta_hat), np.asarray(theta_hat)
+    beta_hat, theta_hat = (np.asarray(v) for v in _tsls_jit(data))
+    n = _num_records(data)
+    release = Release.from_event(no_privacy_event(), "closed-form 2SLS (Theta_hat, beta_hat): "
+                                 "no clipping, no noise", f"full data ({n} records)")
+    ledger = Ledger.build("2sls", [release], "basic", variant="non-private",
+                          notes=["non-private baseline"])
+    return FitResult(beta_hat, None, ledger, None, DPIVState(theta_hat, beta_hat))
 
 
 _tsls_jit = jax.jit(iv.two_stage_least_squares)

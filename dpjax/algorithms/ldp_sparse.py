@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import registry
+from dpjax import _validate, registry
 from dpjax.accounting import (
     GAUSSIAN_CURVE_NOTE,
     ApproxDP,
@@ -60,7 +60,8 @@ from dpjax.accounting import (
     compose_basic,
     compose_parallel,
 )
-from dpjax.base import Estimator, fit
+from dpjax.algorithms._boundary import checked_inputs
+from dpjax.base import Estimator, FitResult, fit
 from dpjax.local_randomizers import (
     l2_ball_mechanism,
     ldp_iht_radius,
@@ -406,25 +407,86 @@ class IndefiniteCovarianceError(FloatingPointError):
     spec §4.2 feasibility: ``n >~ 512 d r^4 log(2.5/delta) / eps^2``)."""
 
 
-def fit_nldp(key: Any, x: jax.Array, y: jax.Array, hp: NLDPHyperparams, *,
-             num_chunks: int = 1, per_user: bool = False,
-             cov: Literal["paper", "exact"] = "paper"):
-    """Fit Algorithm 1 once; raises :class:`IndefiniteCovarianceError` instead of returning an
-    estimate from an indefinite noisy covariance. Returns :class:`dpjax.base.FitResult`."""
-    x, y = jnp.asarray(x), jnp.asarray(y)
-    if x.ndim != 2 or y.shape != (x.shape[0],):
-        raise ValueError(f"x must be (n, d) and y (n,); got {x.shape} and {y.shape}")
+def _xy(data: Any, on_invalid: str) -> tuple[jax.Array, jax.Array]:
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        raise TypeError(f"data must be a pair (x (n, d), y (n,)); got {type(data).__name__}")
+    x, y = _validate.check_xy(*data, on_invalid=on_invalid)
+    dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float32
+    return jnp.asarray(x, dtype), jnp.asarray(y, dtype)
+
+
+def _num_users(data: tuple[jax.Array, jax.Array]) -> int:
+    return int(data[0].shape[0])
+
+
+@_validate.host_only
+def fit_nldp(
+    key: Any,
+    data: Any,
+    *,
+    epsilon: Any,
+    delta: Any = None,
+    r: Any = None,
+    tau1: Any = None,
+    tau2: Any = None,
+    lam: Any = None,
+    sigma: float = 1.0,
+    num_chunks: int = 1,
+    per_user: bool = False,
+    cov: Literal["paper", "exact"] = "paper",
+    on_invalid: str = "raise",
+    secure: bool = False,
+) -> FitResult:
+    """Fit Algorithm 1 (NLDP, spec 001 §2.1) once to ``n`` users, one record each.
+
+    Args:
+        key: PRNG key (or int seed) for the users' noise.
+        data: the pair ``(x (n, d), y (n,))``.
+        epsilon: each user's budget in (0, inf] (two releases at ``epsilon/2``); inf: no noise.
+        delta: each user's delta in (0, 1); default ``1/(2n)`` (the one delta policy of every
+            ``fit_*``).
+        r, tau1, tau2, lam: the clipping radius of ``x``, the shrinkage levels of ``x`` and
+            ``y`` and the soft threshold; each defaults to Theorem 3's rule
+            (:func:`nldp_hparams` with its default constants and ``sigma``). A tuned set, e.g.
+            ``nldp_hparams(...)`` or ``heavy_tailed_hparams(...)``, is passed as
+            ``fit_nldp(key, (x, y), **hp._asdict())``.
+        sigma: the sub-Gaussian scale of the default rules.
+        num_chunks, per_user, cov: as :func:`nldp`.
+        on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
+            :func:`dpjax._validate.check_on_invalid`).
+        secure: the floating-point-safe noise path; Algorithm 1's local Gaussian reports have
+            none yet, so ``secure=True`` raises (see :func:`dpjax.fit`).
+
+    Returns:
+        :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) is each user's
+        guarantee. Raises :class:`IndefiniteCovarianceError` instead of returning an estimate
+        from an indefinite noisy covariance.
+    """
+    key, (x, y), n, num_chunks, eps, dl = checked_inputs(
+        key, data, _xy, _num_users, on_invalid=on_invalid, num_iterations=num_chunks,
+        at_most_n=True, iterations_name="num_chunks", epsilon=epsilon, delta=delta)
+    d = x.shape[1]
+    rule = nldp_hparams(max(n, 2), d, eps, dl, sigma=sigma)
+    given = {"r": r, "tau1": tau1, "tau2": tau2}
+    for name, value in given.items():
+        given[name] = getattr(rule, name) if value is None else _validate.check_scalar(
+            _validate.check_truncation(value, eps, name), name)
+    if lam is None:
+        lam = rule.lam
+    elif not float(lam) >= 0:
+        raise ValueError(f"lam must be >= 0; got {lam!r}")
+    hp = NLDPHyperparams(*(np.float32(v) for v in (eps, dl, given["r"], given["tau1"],
+                                                   given["tau2"], lam)))
     est = nldp(num_chunks, per_user=per_user, cov=cov)
-    res = fit(est, key, (x, y), jnp.zeros(x.shape[1], x.dtype), hp,
-              record=_record_min_eig)
+    res = fit(est, key, (x, y), jnp.zeros(d, x.dtype), hp, record=_record_min_eig,
+              secure=secure)
     min_eig = float(res.state.min_eig)
     if not min_eig > 0:
-        d = x.shape[1]
         need = 512 * d * float(hp.r) ** 4 * math.log(2.5 / float(hp.delta)) / float(
             hp.epsilon) ** 2
         raise IndefiniteCovarianceError(
             f"the noisy covariance is indefinite (lambda_min = {min_eig:.4g}): n = "
-            f"{x.shape[0]} is too small for epsilon = {float(hp.epsilon):g}, r = "
+            f"{n} is too small for epsilon = {float(hp.epsilon):g}, r = "
             f"{float(hp.r):.4g}; spec 001 §4.2 puts the invertible regime at n >~ "
             f"512 d r^4 log(2.5/delta)/eps^2 = {need:.3g}")
     return res
