@@ -92,7 +92,14 @@ def test_audit_flags_a_planted_under_noising_of_alg1(key):
     res, ledger = _audit(3, "paper", 0.02, 1.0, key)
     assert res.violates(1.0)
     assert res.epsilon_lower > 3.0
-    assert ledger.approx_dp.epsilon == pytest.approx(100.0)  # and the ledger tells the truth
+    # and the ledger tells the truth: each of the T steps read off the exact Gaussian curve at
+    # 100x the declared mu (the classic formula with c = 2 at (eps/T, delta/T)), composed
+    from dpjax.accounting import gaussian_epsilon
+
+    mu = (1.0 / 3) / math.sqrt(2 * math.log(2 * 3 / 1e-3))
+    assert ledger.approx_dp.epsilon == pytest.approx(3 * gaussian_epsilon(100 * mu, 1e-3 / 3),
+                                                     rel=1e-5)
+    assert ledger.approx_dp.epsilon > 100.0
 
 
 def test_audit_of_the_honest_alg1_stays_below_the_claimed_epsilon(key):
