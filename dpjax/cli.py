@@ -2,6 +2,7 @@
 
 ``dpjax list``                      the experiments
 ``dpjax run NAME --out DIR [...]``  run one (resumable; see ``dpjax run --help``)
+``dpjax run --all --out DIR``       every committed report again, compared (dpjax.reproduce)
 ``dpjax plot [NAME] --out DIR``     redraw the figure of a finished run
 ``dpjax demo``                      a short example fit with its privacy ledger
 """
@@ -152,7 +153,8 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run an experiment and write its results files",
                          epilog=_experiment_help(argv),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("name", help="experiment name (see 'dpjax list')")
+    run.add_argument("name", help="experiment name (see 'dpjax list'); 'dpjax run --all "
+                     "--out DIR' runs every committed report again ('dpjax run --all --help')")
     run.add_argument("--out", required=True, help="output directory (a rerun resumes there)")
     run.add_argument("--reps", type=int, default=None, help="number of repetitions")
     run.add_argument("--seed", type=int, default=0, help="study seed, >= 0 (default 0)")
@@ -194,6 +196,8 @@ def _main(argv: list[str]) -> int:
         from dpjax import demo as demo_mod
 
         return demo_mod.main(argv[1:])
+    if argv[:1] == ["run"] and {"--all", "--compare-only"} & set(argv):
+        return _run_all(_all_parser().parse_args(argv[1:]))
     args = _build_parser(argv).parse_args(argv)
     if args.command == "list":
         reg = _registry()
@@ -233,6 +237,44 @@ def _main(argv: list[str]) -> int:
     print(f"wrote {out.out_dir}/results.csv, summary.csv, iterations.csv, config.json"
           + (", figure.png" if exp.plot is not None else ""))
     return 0
+
+
+def _all_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dpjax run --all", description="Run every experiment that has a committed "
+                "report, at that report's settings, each in DIR/NAME (a rerun resumes), then "
+                "compare each DIR/NAME/summary.csv with the committed one (DIR/comparison.csv). "
+                "Exit status 1 only if a study fails.")
+    p.add_argument("--all", action="store_true", help="(this command)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--only", default=None, metavar="NAME,NAME", help="these experiments only")
+    p.add_argument("--compare-only", action="store_true",
+                   help="only compare the summaries already in DIR with the committed ones")
+    p.add_argument("--reports", default=None, metavar="DIR",
+                   help="the committed reports (default: experiments/reports)")
+    p.add_argument("--z", type=float, default=3.0, help="a mean moved if it differs by more "
+                   "than z standard errors plus float tolerance (default 3)")
+    p.add_argument("--memory-budget", type=float, default=None, metavar="GB")
+    p.add_argument("--cpu-devices", type=int, default=0, metavar="N")
+    p.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto")
+    p.add_argument("--no-progress", action="store_true", help="no per-study progress bar")
+    return p
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    """``dpjax run --all --out DIR [--only A,B] [--compare-only]`` (see dpjax.reproduce)."""
+    import os
+
+    from dpjax import reproduce
+
+    reports = args.reports or os.path.join(os.path.dirname(_experiments().__file__), "reports")
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    if not args.compare_only:
+        set_cpu_devices(args.cpu_devices)
+        enable_compile_cache()
+    return reproduce.reproduce(_registry(), args.out, reports, only=only,
+                               compare_only=args.compare_only, z=args.z,
+                               progress=not args.no_progress, data_mode=args.data_mode,
+                               memory_budget_gb=args.memory_budget)
 
 
 def _plot(name: str | None, out_dir: str) -> int:

@@ -26,6 +26,7 @@ LAYERS = [
     {"algorithms", "examples"},
     {"audit", "tune", "sweep", "results", "config", "plotting"},
     {"study", "demo"},
+    {"reproduce"},
     {"cli", "experiments"},
 ]
 SAME_LAYER = {

@@ -1,0 +1,347 @@
+"""The whole reproduction as one command: ``dpjax run --all --out DIR``.
+
+Every registered experiment that has a committed report (``experiments/reports/NAME/`` with a
+``summary.csv``) runs again at the settings of that report, each in ``DIR/NAME`` (so a rerun
+resumes every study from its completed chunks, as ``dpjax run NAME`` does), and then each
+regenerated ``summary.csv`` is compared with the committed one.
+
+Settings of a report: its ``config.json`` (the resolved configuration, seed, repetitions and
+``--quick`` flag of the committed run) where the folder has one; else the experiment's defaults
+with the few options its report's text records (:data:`REPORT_OPTIONS`). A report folder with
+no ``summary.csv`` (a figure drawn from another experiment's run, e.g. ``gem_fig2`` from
+``gem_fig6``) has nothing to compare and is skipped unless named with ``--only``.
+
+The comparison: a row (a setting and privacy level, matched on every column that is not a
+statistic) agrees when, for ``mean`` and every ``X_mean`` column,
+
+    |new - old| <= z * sqrt(se_new^2 + se_old^2) + atol + rtol * |old|
+
+(Monte Carlo error plus float tolerance; ``z = 3`` by default) and the counts are equal. What
+moved (a mean outside that band, another count, a row only in one of the two files) is listed
+with the difference in standard-error units; every compared value goes to
+``DIR/comparison.csv``. The exit status is nonzero only on errors (a study that failed, a
+committed configuration this version cannot run), not on moved values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dpjax import results
+from dpjax._validate import ConfigError
+from dpjax.study import Experiment, run_experiment
+
+__all__ = [
+    "REPORT_OPTIONS",
+    "Plan",
+    "compare_summaries",
+    "plan_all",
+    "recorded_seconds",
+    "reproduce",
+]
+
+# Reports whose folders hold no config.json: the options their text records (seed 0 and the
+# experiment's defaults otherwise). gem_mean.md: "--reps 100"; ldp_heavy.md and
+# ldp_wangxu.md: "--chunk-size 5" (bounds memory; results do not depend on it).
+REPORT_OPTIONS: dict[str, dict[str, Any]] = {
+    "gem_mean": {"reps": 100},
+    "ldp_heavy": {"chunk_size": 5},
+    "ldp_wangxu": {"chunk_size": 5},
+}
+
+DEFAULT_Z = 3.0
+DEFAULT_RTOL = 1e-5
+DEFAULT_ATOL = 1e-9
+_STAT_SUFFIXES = ("_mean", "_se", "_sd")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How one experiment is regenerated.
+
+    Attributes:
+        name: the experiment.
+        reps, seed, quick, overrides, chunk_size: the arguments of its run.
+        source: where the settings come from (``config.json``, ``report text``, ``defaults``).
+        committed: the committed ``summary.csv`` (None: nothing to compare).
+        skip: why it is not run (None: it is).
+    """
+
+    name: str
+    reps: int | None = None
+    seed: int = 0
+    quick: bool = False
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    chunk_size: int | None = None
+    source: str = "defaults"
+    committed: Path | None = None
+    skip: str | None = None
+    fingerprint: str | None = None  # the committed run's (config.json)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise ConfigError(f"{path}: no configuration in it (not written by 'dpjax run')")
+    return meta
+
+
+def plan_one(name: str, reports: Path, explicit: bool = False) -> Plan:
+    """The plan of experiment ``name`` from its committed report in ``reports``."""
+    folder = reports / name
+    summary = folder / "summary.csv"
+    committed = summary if summary.is_file() else None
+    if (folder / "config.json").is_file():
+        meta = _read_json(folder / "config.json")
+        return Plan(name, reps=int(meta["reps"]), seed=int(meta.get("seed", 0)),
+                    quick=bool(meta.get("quick", False)), overrides=dict(meta["config"]),
+                    source="config.json", committed=committed, fingerprint=meta.get(
+                        "fingerprint"),
+                    skip=None if committed or explicit else "no committed summary.csv")
+    options = REPORT_OPTIONS.get(name, {})
+    source = "report text" if options else "defaults"
+    if committed is None and not explicit:
+        why = ("no committed report" if not folder.is_dir() else
+               "no committed summary.csv (its report draws on another run; see "
+               f"{name}.md)")
+        return Plan(name, source=source, skip=why)
+    return Plan(name, reps=options.get("reps"), chunk_size=options.get("chunk_size"),
+                source=source, committed=committed)
+
+
+def plan_all(names: Sequence[str], reports: Path,
+             only: Sequence[str] | None = None) -> list[Plan]:
+    """The plans of ``names`` (sorted), or of ``only`` (each must be one of ``names``)."""
+    if only:
+        unknown = sorted(set(only) - set(names))
+        if unknown:
+            raise ConfigError(f"--only: unknown experiment(s) {', '.join(unknown)} ('dpjax list' "
+                              "shows them all)")
+        return [plan_one(n, reports, explicit=True) for n in dict.fromkeys(only)]
+    return [plan_one(n, reports) for n in sorted(names)]
+
+
+def recorded_seconds(reports: Path) -> dict[str, float]:
+    """Per experiment, the sum of the per-setting ``seconds`` its committed config.json
+    records (the study's compute in that run; not import, plotting or a resumed chunk)."""
+    out = {}
+    for path in sorted(reports.glob("*/config.json")):
+        try:
+            meta = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        secs = [s.get("seconds") for s in meta.get("settings", []) if isinstance(s, dict)]
+        if secs and all(isinstance(x, int | float) for x in secs):
+            out[path.parent.name] = float(sum(secs))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The comparison
+# --------------------------------------------------------------------------------------------
+
+
+def _is_stat(column: str) -> bool:
+    return column in ("mean", "se", "count") or column.endswith(_STAT_SUFFIXES)
+
+
+def _norm(value: Any) -> str:
+    """A key value, so that two writes of the same number match (10 significant digits)."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int | float):
+        f = float(value)
+        if math.isnan(f) or math.isinf(f):
+            return str(f)
+        return f"{f:.10g}"
+    return str(value)
+
+
+def _key(row: Mapping[str, Any], columns: Sequence[str]) -> tuple[str, ...]:
+    return tuple(_norm(row.get(c, "")) for c in columns)
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def compare_summaries(experiment: str, old: Sequence[Mapping[str, Any]],
+                      new: Sequence[Mapping[str, Any]], z: float = DEFAULT_Z,
+                      rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL
+                      ) -> list[dict[str, Any]]:
+    """One row per (summary row, statistic) of the two ``summary.csv`` tables: ``experiment``,
+    ``key`` (the row's non-statistic columns, ``name=value; ...``), ``metric`` (``mean`` or
+    ``X_mean``), ``old``, ``new``, ``diff``, ``se_units`` (the difference over
+    ``sqrt(se_old^2 + se_new^2)``) and ``status``: ``ok``, ``moved`` (outside the band),
+    ``count`` (other repetition counts), ``missing`` (only in the committed file) or ``new``
+    (only in the regenerated one)."""
+    columns = list(dict.fromkeys(c for r in [*old, *new] for c in r if not _is_stat(c)))
+    old_by = {_key(r, columns): r for r in old}
+    new_by = {_key(r, columns): r for r in new}
+    metrics = list(dict.fromkeys(c for r in [*old, *new] for c in r
+                                 if c == "mean" or c.endswith("_mean")))
+    out = []
+    for k in list(dict.fromkeys([*old_by, *new_by])):
+        label = "; ".join(f"{c}={v}" for c, v in zip(columns, k) if v != "")
+        a, b = old_by.get(k), new_by.get(k)
+        for m in metrics:
+            se = "se" if m == "mean" else m.removesuffix("_mean") + "_se"
+            row = {"experiment": experiment, "key": label, "metric": m, "old": "", "new": "",
+                   "diff": "", "se_units": "", "status": ""}
+            if a is None or b is None:
+                row |= {"status": "new" if a is None else "missing",
+                        "old": "" if a is None else a.get(m, ""),
+                        "new": "" if b is None else b.get(m, "")}
+                out.append(row)
+                continue
+            x, y = _num(a.get(m)), _num(b.get(m))
+            sa, sb = _num(a.get(se)), _num(b.get(se))
+            spread = math.sqrt(sum(s * s for s in (sa, sb) if math.isfinite(s)))
+            diff = y - x
+            if (math.isnan(x) and math.isnan(y)) or x == y:
+                ok, diff = True, 0.0
+            elif math.isfinite(diff):
+                ok = abs(diff) <= z * spread + atol + rtol * abs(x)
+            else:
+                ok = False
+            units = diff / spread if spread > 0 and math.isfinite(diff) else (
+                0.0 if diff == 0 else math.inf)
+            status = "ok" if ok else "moved"
+            if status == "ok" and a.get("count") != b.get("count"):
+                status = "count"
+            row |= {"old": x, "new": y, "diff": diff, "se_units": units, "status": status}
+            out.append(row)
+    return out
+
+
+def _describe(row: Mapping[str, Any]) -> str:
+    where = f"{row['experiment']} [{row['key']}] {row['metric']}"
+    if row["status"] in ("missing", "new"):
+        which = "committed" if row["status"] == "missing" else "regenerated"
+        return f"{where}: only in the {which} summary.csv"
+    extra = " (repetition counts differ)" if row["status"] == "count" else ""
+    return (f"{where}: {row['old']:.6g} -> {row['new']:.6g} (diff {row['diff']:+.3g}, "
+            f"{row['se_units']:+.1f} s.e.){extra}")
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _run_one(exp: Experiment, plan: Plan, out: Path, progress: bool,
+             run_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    res = run_experiment(exp, out, reps=plan.reps, seed=plan.seed, overrides=plan.overrides,
+                         chunk_size=plan.chunk_size, quick=plan.quick, progress=progress,
+                         **run_kwargs)
+    return {"seconds": round(time.perf_counter() - t0, 3),
+            "fingerprint": res.config.get("fingerprint"), "reps": res.config.get("reps")}
+
+
+def reproduce(
+    experiments: Mapping[str, Experiment],
+    out_dir: str | Path,
+    reports: str | Path,
+    *,
+    only: Sequence[str] | None = None,
+    compare_only: bool = False,
+    z: float = DEFAULT_Z,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+    progress: bool = True,
+    echo: Callable[[str], None] = print,
+    **run_kwargs: Any,
+) -> int:
+    """Regenerate every experiment of ``experiments`` that has a committed report in
+    ``reports`` (or those named in ``only``) in ``out_dir/NAME``, then compare the summaries
+    (``out_dir/comparison.csv``; what moved is printed). Returns the exit status: 1 if a
+    study failed or a summary could not be compared, else 0 (moved values included).
+    ``run_kwargs`` go to :func:`dpjax.study.run_experiment` (``data_mode``,
+    ``memory_budget_gb``)."""
+    out, reports = Path(out_dir), Path(reports)
+    if not reports.is_dir():
+        raise ConfigError(f"--reports {reports}: no such directory (the committed reports, "
+                          "experiments/reports in the repository)")
+    if not z > 0:
+        raise ConfigError(f"--z must be > 0; got {z}")
+    plans = plan_all(list(experiments), reports, only)
+    todo = [p for p in plans if p.skip is None]
+    errors: dict[str, str] = {}
+    timings: dict[str, Any] = {}
+    timing_file = out / "reproduction.json"
+    if timing_file.is_file():  # a resumed run keeps the times of the first
+        try:
+            timings = json.loads(timing_file.read_text()).get("experiments", {})
+        except (OSError, ValueError):
+            timings = {}
+    for p in plans:
+        if p.skip is not None:
+            echo(f"skip {p.name}: {p.skip}")
+    if not compare_only:
+        out.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        for i, p in enumerate(todo, 1):
+            head = f"[{i}/{len(todo)}] {p.name}"
+            what = (f"reps {p.reps if p.reps is not None else 'default'}, seed {p.seed}"
+                    f"{', quick' if p.quick else ''}; settings from {p.source}")
+            _log(f"{head}: {what}")
+            try:
+                info = _run_one(experiments[p.name], p, out / p.name, progress, run_kwargs)
+            except Exception as exc:  # one failed study does not stop the others
+                errors[p.name] = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+                _log(f"{head}: FAILED ({errors[p.name]})")
+                continue
+            total = time.perf_counter() - start
+            _log(f"{head}: done in {info['seconds']:.1f} s (elapsed {total:.0f} s)")
+            if p.fingerprint and info["fingerprint"] != p.fingerprint:
+                echo(f"note: {p.name}: the study's fingerprint {info['fingerprint']} is not "
+                     f"the committed run's {p.fingerprint} (its settings or keys changed)")
+            timings[p.name] = timings.get(p.name, {}) | {"last_seconds": info["seconds"]}
+            timings[p.name].setdefault("first_seconds", info["seconds"])
+            results.write_json(timing_file, {"experiments": timings})
+    rows: list[dict[str, Any]] = []
+    for p in todo:
+        if p.name in errors:
+            continue
+        new = out / p.name / "summary.csv"
+        if p.committed is None:
+            echo(f"{p.name}: no committed summary.csv to compare with")
+            continue
+        if not new.is_file():
+            errors[p.name] = f"{new} missing (run without --compare-only first)"
+            continue
+        got = compare_summaries(p.name, results.read_csv(p.committed), results.read_csv(new),
+                                z, rtol, atol)
+        rows.extend(got)
+        bad = [r for r in got if r["status"] != "ok"]
+        echo(f"{p.name}: {len(got)} values, " + (
+            f"all within {z:g} s.e. (+ float tolerance)" if not bad else f"{len(bad)} moved"))
+        for r in bad:
+            echo(f"  {_describe(r)}")
+    out.mkdir(parents=True, exist_ok=True)
+    results.write_csv(out / "comparison.csv", rows, columns=[
+        "experiment", "key", "metric", "old", "new", "diff", "se_units", "status"])
+    moved = sum(r["status"] != "ok" for r in rows)
+    echo(f"comparison: {len(rows)} values of {len({r['experiment'] for r in rows})} "
+         f"experiments, {moved} moved; {out / 'comparison.csv'}")
+    for name, why in errors.items():
+        echo(f"error: {name}: {why}")
+    return 1 if errors else 0

@@ -1,0 +1,133 @@
+"""``dpjax run --all``: every committed report regenerated at its settings and compared
+(dpjax.reproduce). The command runs here on two quick experiments against a tmp "committed"
+folder; the comparison's band and the plans of the real committed reports are checked on their
+own."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from dpjax import cli, reproduce
+from dpjax.study import resolve_config
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "experiments" / "reports"
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _chunks(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns
+            for p in folder.rglob("reps-*.npz")}
+
+
+def test_run_all_regenerates_resumes_and_lists_what_moved(tmp_path, capsys):
+    names = ["dp_mean", "glm_real"]
+    committed, out = tmp_path / "reports", tmp_path / "out"
+    for name in names:  # the settings of the "committed" runs: quick, 2 repetitions, seed 3
+        (committed / name).mkdir(parents=True)
+        (committed / name / "config.json").write_text(json.dumps(
+            {"experiment": name, "config": {}, "reps": 2, "seed": 3, "quick": True}))
+    argv = ["run", "--all", "--only", ",".join(names), "--reports", str(committed), "--out",
+            str(out), "--no-progress", "--cpu-devices", "1"]
+    assert cli.main(argv) == 0
+    for name in names:
+        meta = json.loads((out / name / "config.json").read_text())
+        assert (meta["reps"], meta["seed"], meta["quick"]) == (2, 3, True)
+        assert {r["count"] for r in _rows(out / name / "summary.csv")} == {"2"}
+    assert "no committed summary.csv to compare with" in capsys.readouterr().out
+    timings = json.loads((out / "reproduction.json").read_text())["experiments"]
+    assert set(timings) == set(names)
+
+    # the regenerated summaries become the committed ones: all agree
+    for name in names:
+        (committed / name / "summary.csv").write_text((out / name / "summary.csv").read_text())
+    assert cli.main(["run", "--compare-only", "--only", ",".join(names), "--reports",
+                     str(committed), "--out", str(out)]) == 0
+    table = _rows(out / "comparison.csv")
+    assert {r["experiment"] for r in table} == set(names)
+    assert len(table) >= 4 and {r["status"] for r in table} == {"ok"}
+    capsys.readouterr()
+
+    # one committed mean moved by 50 standard errors: listed (and only it); exit status 0
+    path = committed / "dp_mean" / "summary.csv"
+    rows = _rows(path)
+    rows[1]["mean"] = repr(float(rows[1]["mean"]) + 50 * float(rows[1]["se"]))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    before = _chunks(out)
+    assert before  # the studies' chunk stores
+    assert cli.main(argv) == 0  # a rerun resumes: no chunk computed again
+    assert _chunks(out) == before
+    printed = capsys.readouterr().out
+    moved = [r for r in _rows(out / "comparison.csv") if r["status"] != "ok"]
+    assert len(moved) == 1, moved
+    (m,) = moved
+    assert m["experiment"] == "dp_mean" and m["metric"] == "mean"
+    assert f"epsilon={float(rows[1]['epsilon']):.10g}" in m["key"]
+    assert float(m["se_units"]) == pytest.approx(-50 / math.sqrt(2), rel=1e-3)
+    assert "dp_mean: " in printed and "1 moved" in printed and "-35.4 s.e." in printed
+
+    # mistakes: an unknown experiment (status 2), a summary missing for the comparison (1)
+    assert cli.main([*argv[:3], "dp_mean,nope", *argv[4:]]) == 2
+    assert cli.main(["run", "--compare-only", "--only", "dp_mean", "--reports", str(committed),
+                     "--out", str(tmp_path / "empty")]) == 1
+
+
+def _summary(mean, se, count=10, **key):
+    return {"experiment": "e", "method": "m", **key, "mean": mean, "se": se, "count": count}
+
+
+def test_comparison_band_is_z_standard_errors_plus_float_tolerance():
+    old = [_summary(1.0, 0.1, epsilon=0.5), _summary(2.0, 0.0, epsilon=math.inf),
+           _summary(3.0, 0.1, epsilon=1.0)]
+    band = 3 * math.sqrt(0.1**2 + 0.1**2)
+    new = [_summary(1.0 + 0.99 * band, 0.1, epsilon=0.5),
+           _summary(2.0 * (1 + 1e-6), 0.0, epsilon=math.inf),  # float rounding, se 0
+           _summary(3.0 + 1.01 * band, 0.1, epsilon=1.0)]
+    got = {r["key"]: r for r in reproduce.compare_summaries("e", old, new)}
+    assert [got[k]["status"] for k in sorted(got)] == ["ok", "moved", "ok"]
+    assert got["experiment=e; method=m; epsilon=1"]["se_units"] == pytest.approx(1.01 * 3)
+    # a tighter z moves the first too; another count is reported; a lost row is listed
+    assert reproduce.compare_summaries("e", old[:1], new[:1], z=2)[0]["status"] == "moved"
+    assert reproduce.compare_summaries("e", old[:1], [{**old[0], "count": 9}])[0][
+        "status"] == "count"
+    lost = reproduce.compare_summaries("e", old, new[:2])
+    assert [r["status"] for r in lost] == ["ok", "ok", "missing"]
+    # keys written with other float digits still match; extra metrics are compared too
+    a = [{**_summary(1.0, 0.1, epsilon=0.1 + 0.2), "x_mean": 5.0, "x_se": 0.01, "x_sd": 1.0}]
+    b = [{**_summary(1.0, 0.1, epsilon=0.3), "x_mean": 5.5, "x_se": 0.01, "x_sd": 1.0}]
+    assert [(r["metric"], r["status"]) for r in reproduce.compare_summaries("e", a, b)] == [
+        ("mean", "ok"), ("x_mean", "moved")]
+
+
+def test_every_committed_report_has_a_plan_this_version_can_run():
+    """The settings of every committed summary resolve against today's experiments (the
+    command would run them), from config.json or the report text; the reports without a
+    summary are skipped with a reason."""
+    registry = cli._registry()
+    plans = reproduce.plan_all(list(registry), REPORTS)
+    run = [p for p in plans if p.skip is None]
+    assert {p.name for p in run} == {
+        d.name for d in REPORTS.iterdir() if (d / "summary.csv").is_file()}
+    for p in run:
+        config = resolve_config(registry[p.name], p.overrides, p.quick)
+        if p.source == "config.json":
+            committed = json.loads((REPORTS / p.name / "config.json").read_text())
+            assert config.to_dict() == resolve_config(
+                registry[p.name], committed["config"]).to_dict()
+            assert p.reps == committed["reps"] and p.seed == committed["seed"]
+    by = {p.name: p for p in plans}
+    assert by["gem_mean"].reps == 100 and by["ldp_heavy"].chunk_size == 5
+    assert by["gem_fig2"].skip and by["dp_mean"].skip == "no committed report"
+    assert set(reproduce.recorded_seconds(REPORTS)) <= {p.name for p in run}
