@@ -390,18 +390,9 @@ def fit_hd_dp_em(
 
 @_validate.host_only
 def fit_ld_dp_em(
-    key: Any,
-    data: Any,
-    model: EMModel,
-    *,
-    epsilon: Any,
-    delta: Any = None,
-    beta0: Any,
-    eta: Any = 0.5,
-    truncation: Any = None,
-    num_iterations: int | None = None,
-    on_invalid: str = "raise",
-    secure: bool = False,
+    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None, beta0: Any,
+    eta: Any = 0.5, truncation: Any = None, num_iterations: int | None = None,
+    on_invalid: str = "raise", secure: bool = False,
 ) -> FitResult:
     """Fit low-dimensional DP-EM (spec 000 Alg 4/7/8 by ``model``) to one data set: the
     Gaussian mechanism on the whole truncated update. Arguments as :func:`fit_hd_dp_em` without
@@ -432,12 +423,7 @@ def fit_truncated_em(
 
 @_validate.host_only
 def fit_gradient_em(
-    data: Any,
-    model: EMModel,
-    *,
-    beta0: Any,
-    num_iterations: int,
-    eta: Any = 0.5,
+    data: Any, model: EMModel, *, beta0: Any, num_iterations: int, eta: Any = 0.5,
     sample_splitting: bool = False,
 ) -> FitResult:
     """Non-private gradient EM of Balakrishnan et al. (2017): ``beta <- beta + eta grad

@@ -568,20 +568,9 @@ def fit_dp_glm(
 
 @_validate.host_only
 def fit_sparse_dp_glm(
-    key: Any,
-    data: Any,
-    model: GLM,
-    *,
-    epsilon: Any,
-    delta: Any = None,
-    s: int,
-    num_iterations: int,
-    eta: Any = 1.0,
-    truncation: Any = None,
-    beta0: Any = None,
-    b_constant: float = 4.0,
-    on_invalid: str = "raise",
-    secure: bool = False,
+    key: Any, data: Any, model: GLM, *, epsilon: Any, delta: Any = None, s: int,
+    num_iterations: int, eta: Any = 1.0, truncation: Any = None, beta0: Any = None,
+    b_constant: float = 4.0, on_invalid: str = "raise", secure: bool = False,
 ) -> FitResult:
     """Fit Algorithm 5 (sparse DP GLM by noisy IHT with peeling) to one data set.
 

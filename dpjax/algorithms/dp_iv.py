@@ -539,20 +539,9 @@ def fit_dp_2s_gd(
 
 @_validate.host_only
 def fit_dp_2s_gd_beta_only(
-    key: Any,
-    data: Any,
-    *,
-    rho2: Any,
-    delta: Any = None,
-    eta: Any,
-    alpha: Any,
-    num_iterations: int,
-    gamma2: Any = None,
-    calibration: Calibration = "paper",
-    theta0: Any = None,
-    beta0: Any = None,
-    tau: float = 5.0,
-    on_invalid: str = "raise",
+    key: Any, data: Any, *, rho2: Any, delta: Any = None, eta: Any, alpha: Any,
+    num_iterations: int, gamma2: Any = None, calibration: Calibration = "paper",
+    theta0: Any = None, beta0: Any = None, tau: float = 5.0, on_invalid: str = "raise",
     secure: bool = False,
 ) -> FitResult:
     """The paper's Algorithm 3, for reproduction only: **not DP as claimed** (its ledger gives
