@@ -14,6 +14,10 @@ For each family (a study of one of the papers, restricted to one or two settings
 * **agreement**: on the same data set (drawn by dpjax), the NumPy baseline and dpjax give the
   same estimate at epsilon = inf (no noise) up to float32 rounding -- what makes the baseline
   the same algorithm.
+* **floor**: what this machine needs at least for the study (``setting_work`` counts its
+  random numbers, flops and memory traffic; ``machine_rates`` measures threefry's draws, the
+  matmul and vector peaks and the bandwidth in the same run): the largest of the three times,
+  and the kernel's ratio to it.
 
 Usage::
 
@@ -214,6 +218,195 @@ def _run_kernel(settings, reps: int, budget_gb: float):
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# The floor: what this machine needs at least for a family's study
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """A study's work, counted analytically (its dominant terms, so a lower bound).
+
+    normals / words: standard-normal draws and 32-bit random words (uniforms, Bernoulli and
+    Rademacher draws, Laplace noise, the hashed 8-bit design, per-user keys) of threefry;
+    mm_flops: the products a BLAS could run at the matmul peak; vec_flops: elementwise work at
+    the vector peak; bytes: traffic to main memory (data written once, read once per step:
+    the levels of a step share one pass; a chunk's data exceeds the caches at the default
+    memory budget, 0.1 GB per device)."""
+
+    normals: float = 0.0
+    words: float = 0.0
+    mm_flops: float = 0.0
+    vec_flops: float = 0.0
+    bytes: float = 0.0
+
+    def __add__(self, other: Work) -> Work:
+        return Work(*(a + b for a, b in zip(dataclasses.astuple(self),
+                                            dataclasses.astuple(other))))
+
+    def __mul__(self, k: float) -> Work:
+        return Work(*(k * a for a in dataclasses.astuple(self)))
+
+
+# What dominates each family's work (the floor's binding term is measured: see floor()).
+FLOOR_NOTES = {
+    "em_hd": "the data (n x d normals per repetition) and 2 passes over each batch per level",
+    "em_ld": "tiny: 10 x 1000 x 10 per step; fixed per-step cost (not counted) dominates",
+    "glm_gd": "50 full passes (X beta, X^T r, per-record clipping) over n x d per level",
+    "glm_sparse": "10 full passes over the 8-bit n x d design per level, and its hashing",
+    "iv": "20 full passes over n x (p+q) per level; the data is p+q+r+1 normals per record",
+    "gem": "22 full passes per level with the robust mean's psi on every coordinate",
+    "ldp": "per user and level: d normals, 2 coins and 4 keys of the l2-ball randomizer",
+}
+
+
+def setting_work(family: str, s, reps: int) -> Work:
+    """The work of one setting of family ``family`` over ``reps`` repetitions.
+
+    Per repetition: records m = blocks x block size, dimension d, steps T, levels L, records
+    per step b (a disjoint batch, or all m). Counts per family (float32, 4 bytes):
+
+    * em_hd / em_ld (GMM DP-EM, Alg 3 / 4, and gradient EM): data m d normals + m words;
+      per step and level 4 b d matmul flops (E-step products and the weighted sum) and 2 b d
+      vector flops (the truncation); noise per step and level: Alg 3 peels s_hat times over
+      d coordinates (s_hat d + s_hat Laplace words, s_hat d vector flops), Alg 4 draws d
+      normals, gradient EM nothing; bytes 4 d (m + T b).
+    * glm_gd (noisy GD): data m d uniform words + m Bernoulli words; per step and level
+      4 m d matmul + 3 m d vector flops (per-record clipping); d normals; bytes 4 d m (1 + T).
+    * glm_sparse (noisy IHT, 8-bit design): data m d / 4 hashed words + m; per step and level
+      4 m d matmul flops, per step 2 m d vector flops (decoding, shared by the levels); peeling
+      of s_alg over d (s_alg d + s_alg words and vector flops); bytes m d (1 + T).
+    * iv (DP-2S-GD, p = q = r): data m (q + r + p + 1) normals; per step and level
+      4 m q p + 4 m p matmul flops and 2 m (q + p) vector flops (clipping); p q + p normals;
+      bytes 4 m (q + p + 1) (1 + T).
+    * gem (gradient EM, Alg 2): data m d normals + m words; per step and level 2 m d matmul
+      and 8 m d vector flops (the gradient and psi of the robust mean); d normals; bytes
+      4 d m (1 + T).
+    * ldp (LDP-IHT, Alg 2): data m d + m normals; per user and level the l2-ball randomizer:
+      d normals and 10 words (2 coins, 4 keys of 2 words), 2 d matmul and 8 d vector flops;
+      bytes 8 m (d + 1).
+    """
+    m = s.plan.num_blocks * s.plan.block_size
+    T = s.estimator.num_steps
+    L = len(s.levels)
+    b = s.plan.block_size if s.estimator.batching == "disjoint" else m
+    c = s.columns
+    if family in ("em_hd", "em_ld"):
+        d = c["d"]
+        w = Work(normals=m * d, words=m, bytes=4 * d * (m + T * b))
+        w += Work(mm_flops=4 * b * d, vec_flops=2 * b * d) * (T * L)
+        if c["method"] == "hd-dp-em":
+            sh = c["s_hat"]
+            w += Work(words=sh * d + sh, vec_flops=sh * d) * (T * L)
+        elif c["method"] == "ld-dp-em":
+            w += Work(normals=d) * (T * L)
+    elif family == "glm_gd":
+        d = c["d"]
+        w = Work(words=m * d + m, bytes=4 * d * m * (1 + T))
+        w += Work(mm_flops=4 * m * d, vec_flops=3 * m * d, normals=d) * (T * L)
+    elif family == "glm_sparse":
+        d, sa = c["d"], c["s_alg"]
+        w = Work(words=m * d / 4 + m, bytes=m * d * (1 + T), vec_flops=2 * m * d * T)
+        w += Work(mm_flops=4 * m * d, words=sa * d + sa, vec_flops=sa * d) * (T * L)
+    elif family == "iv":
+        p, q, r = c["p"], c["q"], c["r"]
+        w = Work(normals=m * (q + r + p + 1), bytes=4 * m * (q + p + 1) * (1 + T))
+        w += Work(mm_flops=4 * m * q * p + 4 * m * p, vec_flops=2 * m * (q + p),
+                  normals=p * q + p) * (T * L)
+    elif family == "gem":
+        d = c["d"]
+        w = Work(normals=m * d, words=m, bytes=4 * d * m * (1 + T))
+        w += Work(mm_flops=2 * m * d, vec_flops=8 * m * d, normals=d) * (T * L)
+    elif family == "ldp":
+        d = c["d"]
+        w = Work(normals=m * (d + 1), bytes=8 * m * (d + 1))
+        w += Work(normals=m * d, words=10 * m, mm_flops=2 * m * d, vec_flops=8 * m * d) * L
+    else:
+        raise ValueError(f"unknown family {family!r}")
+    return w * reps
+
+
+def study_work(family: str, settings, reps: int) -> Work:
+    """:func:`setting_work` summed over the study's settings."""
+    total = Work()
+    for s in settings:
+        total += setting_work(family, s, reps)
+    return total
+
+
+def _best_of(fn, *args, rounds: int = 3) -> float:
+    import jax
+
+    jax.block_until_ready(fn(*args))  # compile
+    best = math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@functools.lru_cache(maxsize=1)
+def machine_rates() -> dict:
+    """This machine's rates, over every local device as a study shards its repetitions:
+    seconds per normal and per random word of threefry (a draw per repetition key,
+    ``fold_in(key, r)``, as the studies lay out their keys; flat arrays, the fast path), the
+    float32 matmul peak (batched 1024 x 1024 products), the vector peak (a chain of 64 fused
+    multiply-adds per element on a cache-sized array) and the memory bandwidth (a 128 MB
+    elementwise copy: read + write)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devs = jax.local_devices()
+    D = len(devs)
+    shard = NamedSharding(Mesh(np.array(devs), ("r",)), PartitionSpec("r"))
+
+    def put(x):
+        return jax.device_put(x, shard)
+
+    R, m = 8 * D, 2**18
+    ids = put(jnp.arange(R, dtype=jnp.uint32))
+    key = jax.random.key(0)
+    normal = jax.jit(jax.vmap(lambda r: jax.random.normal(jax.random.fold_in(key, r), (m,))))
+    bits = jax.jit(jax.vmap(lambda r: jax.random.bits(jax.random.fold_in(key, r), (m,))))
+    out = {"devices": D, "normal_s": _best_of(normal, ids) / (R * m),
+           "word_s": _best_of(bits, ids) / (R * m)}
+    k = 1024
+    a = put(jnp.ones((2 * D, k, k), jnp.float32) / k)
+    mm = jax.jit(lambda x: jnp.einsum("bij,bjk->bik", x, x))
+    out["matmul_flops_per_s"] = 2 * D * 2 * k**3 / _best_of(mm, a)
+    v = put(jnp.linspace(0.0, 1.0, D * 2**16, dtype=jnp.float32))
+
+    def fma_chain(x, steps=50):
+        def body(_, y):
+            for _ in range(64):
+                y = y * 0.999 + 0.001
+            return y
+        return jax.lax.fori_loop(0, steps, body, x)
+
+    out["vector_flops_per_s"] = 2 * 64 * 50 * v.size / _best_of(jax.jit(fma_chain), v)
+    big = put(jnp.zeros(D * (2**25 // D), jnp.float32))
+    out["bytes_per_s"] = 8 * big.size / _best_of(jax.jit(lambda x: x + 1.0), big)
+    return out
+
+
+def floor(work: Work, rates: dict) -> dict:
+    """The time ``work`` needs at ``rates``: random numbers, floating point (matmul flops at
+    the matmul peak plus vector flops at the vector peak), memory traffic; the floor is the
+    largest of the three, and ``bound`` names it."""
+    parts = {
+        "rng": work.normals * rates["normal_s"] + work.words * rates["word_s"],
+        "flops": (work.mm_flops / rates["matmul_flops_per_s"]
+                  + work.vec_flops / rates["vector_flops_per_s"]),
+        "memory": work.bytes / rates["bytes_per_s"],
+    }
+    bound = max(parts, key=parts.get)
+    return {**{f"{k}_s": v for k, v in parts.items()}, "floor_s": parts[bound],
+            "bound": bound, "work": dataclasses.asdict(work)}
+
+
 def machine() -> dict:
     info = {"platform": platform.platform(), "cpu_count": os.cpu_count(),
             "python": platform.python_version()}
@@ -282,7 +475,9 @@ def part_kernel(family: Family, size: Size, rounds: int, budget_gb: float,
             ratios.append(np_times[-1] / dp_times[-1])
             cpu_ratios.append(np_cpu[-1] / dp_cpu[-1])
     warm = _median(dp_times)
-    res = {"reps": size.reps, "settings": [s.key for s in settings],
+    fl = floor(study_work(family.name, settings, size.reps), machine_rates())
+    fl |= {"rates": machine_rates(), "ratio": warm / fl["floor_s"]}
+    res = {"reps": size.reps, "settings": [s.key for s in settings], "floor": fl,
            "levels": sum(len(s.levels) for s in settings),
            "dpjax_s": warm, "dpjax_all_s": dp_times, "dpjax_cpu_s": _median(dp_cpu),
            "compile_s": max(first - warm, 0.0), "first_call_s": first,
@@ -601,11 +796,12 @@ def table(results: dict) -> str:
     """The Markdown table of one run of the harness."""
     lines = [
         "| family | reps x levels | dpjax kernel | NumPy loop | **kernel speedup** (CPU-time "
-        "ratio) | compile "
+        "ratio) | **kernel / floor** (floor, bound) | compile "
         "| dpjax run, cold | dpjax run, warm cache | NumPy script | **end-to-end speedup "
         "cold / warm** (CPU-time ratios) | peak RSS dpjax / NumPy | agreement at eps=inf |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    reasons = []
     for name, r in results["families"].items():
         k, e, a = r["kernel"], r.get("e2e", {}), r["agreement"]
 
@@ -617,16 +813,26 @@ def table(results: dict) -> str:
             return _median([r["numpy"]["cpu_s"] / r[kind]["cpu_s"] for r in rows]) if rows \
                 else None
 
+        f = k.get("floor")
+        ratio = (f"**{f['ratio']:.1f}x** ({f['floor_s']:.3g} s, {f['bound']})" if f
+                 else "--")
+        if f:
+            reasons.append(f"* `{name}`: {f['bound']}-bound floor {f['floor_s']:.3g} s (random "
+                           f"numbers {f['rng_s']:.3g} s, flops {f['flops_s']:.3g} s, memory "
+                           f"{f['memory_s']:.3g} s); {FLOOR_NOTES.get(name, '')}")
         lines.append(
             f"| {name} | {k['reps']} x {k['levels']} | {s(k['dpjax_s'])} | "
             f"{s(k.get('numpy_s'))} | **{s(k.get('speedup'), '{:.1f}x')}** "
-            f"({s(k.get('speedup_cpu'), '{:.1f}x')}) | "
+            f"({s(k.get('speedup_cpu'), '{:.1f}x')}) | {ratio} | "
             f"{s(k['compile_s'])} | {s(e.get('cold_s'))} | {s(e.get('warm_s'))} | "
             f"{s(e.get('numpy_s'))} | **{s(e.get('speedup_cold'), '{:.1f}x')} / "
             f"{s(e.get('speedup_warm'), '{:.1f}x')}** ({s(cpu('cold'), '{:.1f}x')} / "
             f"{s(cpu('warm'), '{:.1f}x')}) | "
             f"{s(e.get('cold_peak_rss_mb'), '{:.0f}')} / {s(e.get('numpy_peak_rss_mb'), '{:.0f}')}"
             f" MB | {a['max_abs_diff']:.1e} (of {a['scale']:.2f}) |")
+    if reasons:
+        lines += ["", "What bounds each family's floor (its largest part, measured in the same "
+                  "run; see `setting_work` for the counts):", "", *reasons]
     return "\n".join(lines)
 
 

@@ -42,7 +42,54 @@ def test_harness_quick_inline(tmp_path):
     assert k["dpjax_s"] > 0 and k["numpy_s"] > 0 and k["speedup"] > 0
     assert k["compile_s"] >= 0 and k["dpjax_peak_rss_mb"] > 0
     assert res["machine"]["cpu_count"] >= 1 and len(res["load_before"]) == 3
-    assert "em_ld" in run.table(res)
+    f = k["floor"]  # the floor, measured in the same run
+    assert f["floor_s"] == max(f["rng_s"], f["flops_s"], f["memory_s"]) > 0
+    assert f["ratio"] == pytest.approx(k["dpjax_s"] / f["floor_s"])
+    assert f["rates"]["matmul_flops_per_s"] > 0 and f["rates"]["normal_s"] > 0
+    text = run.table(res)
+    assert "em_ld" in text and "kernel / floor" in text
+    assert f"* `em_ld`: {f['bound']}-bound floor" in text  # the one-line reason
+
+
+def _fake_setting(method_cols, blocks, block, batching, steps, levels):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(plan=SimpleNamespace(num_blocks=blocks, block_size=block),
+                           estimator=SimpleNamespace(num_steps=steps, batching=batching),
+                           levels=[{}] * levels, columns=method_cols)
+
+
+def test_floor_work_of_tiny_studies_by_hand():
+    # noisy GD: 100 records, d = 3, T = 2 full passes, 2 levels, 1 repetition
+    s = _fake_setting({"method": "alg1", "d": 3}, 1, 100, "full", 2, 2)
+    w = run.setting_work("glm_gd", s, 1)
+    assert w == run.Work(normals=3 * 2 * 2,  # d noise normals per step and level
+                         words=300 + 100,  # uniform design and Bernoulli responses
+                         mm_flops=4 * 100 * 3 * 4,  # X beta and X^T r, 4 (step, level) pairs
+                         vec_flops=3 * 100 * 3 * 4,  # per-record clipping
+                         bytes=4 * 300 * (1 + 2))  # written once, read once per step
+    assert run.setting_work("glm_gd", s, 5) == w * 5  # linear in repetitions
+    # Alg 3: 3 disjoint batches of 10 records, d = 4, s_hat = 2 peeling rounds, 1 level
+    s = _fake_setting({"method": "hd-dp-em", "d": 4, "s_hat": 2}, 3, 10, "disjoint", 3, 1)
+    w = run.setting_work("em_hd", s, 1)
+    assert w == run.Work(normals=30 * 4, words=30 + 3 * (2 * 4 + 2),
+                         mm_flops=3 * 4 * 10 * 4, vec_flops=3 * (2 * 10 * 4 + 2 * 4),
+                         bytes=4 * 4 * (30 + 3 * 10))
+    # the study's real settings, every family, are counted (no missing column)
+    for name, fam in run.FAMILIES.items():
+        w = run.study_work(name, run._settings(fam, fam.quick), 2)
+        assert min(w.normals + w.words, w.mm_flops, w.vec_flops, w.bytes) > 0, name
+
+
+def test_floor_is_the_largest_part():
+    rates = {"normal_s": 1e-9, "word_s": 5e-10, "matmul_flops_per_s": 1e11,
+             "vector_flops_per_s": 1e10, "bytes_per_s": 1e10}
+    w = run.Work(normals=1e9, words=2e9, mm_flops=1e11, vec_flops=1e10, bytes=5e10)
+    f = run.floor(w, rates)
+    assert (f["rng_s"], f["flops_s"], f["memory_s"]) == pytest.approx((2.0, 2.0, 5.0))
+    assert f["floor_s"] == pytest.approx(5.0) and f["bound"] == "memory"
+    f = run.floor(run.Work(normals=1e10, bytes=1.0), rates)
+    assert f["bound"] == "rng" and f["floor_s"] == pytest.approx(10.0)
 
 
 def test_readme_table_is_replaced_between_markers(tmp_path):
