@@ -235,16 +235,17 @@ def test_halved_sensitivity_is_caught(name, key):
 
 @pytest.mark.parametrize("name", CRAFTED_PEELING)
 def test_the_crafted_peeling_cases_claim_what_their_ledger_says(name):
-    """The one-step peeling cases: the ledger's claim is (1, 1e-3); the pure-DP bound of the
-    release, 3 s Delta / b, is below it honest (about 0.33) and with the sensitivity halved
-    (0.66: that plant is no violation here, at any trial count), above it with noise x 0.2
-    (1.65: a violation the audit can catch); and the canary is a replace-one neighbour of
-    row 0 only."""
+    """The one-step peeling cases, requested at (1, 1e-3): since issue 28 the ledger claims what
+    the composition of the peeling rounds proves, which for s = 1 is the pure-DP bound of the
+    release, 3 s Delta / b (about 0.33), not the requested 1; so both plants are violations of
+    the claim now, the sensitivity halved (0.66) as well as noise x 0.2 (1.65); and the canary
+    is a replace-one neighbour of row 0 only."""
     case = _crafted(name)
-    assert case.claim_epsilon == pytest.approx(1.0) and case.delta == pytest.approx(1e-3)
+    assert case.delta == pytest.approx(1e-3)
     assert case.epsilon_bound(1.0) == pytest.approx(0.5 * math.sqrt(3 / math.log(1e3)),
                                                     rel=1e-4)
-    assert case.epsilon_bound(0.5) < case.claim_epsilon < case.epsilon_bound(0.2)
+    assert case.claim_epsilon == pytest.approx(case.epsilon_bound(1.0), rel=1e-5)
+    assert case.claim_epsilon < case.epsilon_bound(0.5) < case.epsilon_bound(0.2)
     rows = [np.flatnonzero(np.any(np.asarray(a) != np.asarray(b), axis=tuple(range(1, a.ndim))))
             for a, b in zip(jax.tree_util.tree_leaves(case.data_in),
                             jax.tree_util.tree_leaves(case.data_out))]
@@ -302,8 +303,11 @@ def test_a_plant_within_the_calibrations_slack_is_not_a_violation():
     exact bound next to every audited one."""
     case = _claim_only("alg1-noisy-gd/logistic")
     assert case.epsilon_bound(0.5) < case.claim_epsilon < case.epsilon_bound(0.2)
+    # a single Gaussian release: since issue 28 its ledger claims the exact curve of the noise
+    # drawn, so no slack is left and the halved sensitivity is a violation of the claim
     dp_mean = _claim_only("dp-mean")
-    assert dp_mean.epsilon_bound(1.0) < dp_mean.claim_epsilon < dp_mean.epsilon_bound(0.5)
+    assert dp_mean.claim_epsilon == pytest.approx(dp_mean.epsilon_bound(1.0), rel=1e-6)
+    assert dp_mean.epsilon_bound(0.5) > dp_mean.claim_epsilon
 
 
 def _entry(name):
