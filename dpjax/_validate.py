@@ -7,8 +7,11 @@ the range it must lie in.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import math
+import sys
+import typing
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
@@ -346,3 +349,25 @@ def _show(arr: np.ndarray) -> str:
     if flat.size <= 6:
         return "[" + ", ".join(f"{float(v):g}" for v in flat) + "]"
     return f"array of shape {arr.shape} (min {np.nanmin(flat):g}, max {np.nanmax(flat):g})"
+
+
+# --------------------------------------------------------------------------------------------
+# Command-line mistakes: one line, exit status 2 (dpjax.cli and dpjax.demo)
+# --------------------------------------------------------------------------------------------
+
+
+class UsageError(Exception):
+    """A command-line mistake, reported as one line ``dpjax: error: ...`` with exit status 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, whose errors are one line (not the usage block) and return status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def fail(message: object) -> int:
+    """Print ``dpjax: error: MESSAGE`` as one line on stderr; returns the exit status 2."""
+    print(f"dpjax: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2

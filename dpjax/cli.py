@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-import typing
+
+from dpjax._validate import OneLineParser as _Parser
+from dpjax._validate import UsageError, fail
 
 __all__ = ["UsageError", "enable_compile_cache", "fail", "main"]
 
@@ -63,23 +65,6 @@ def set_cpu_devices(count: int = 0) -> int | None:
     except RuntimeError:  # backends already initialised (e.g. cli.main called in a session)
         return None
     return int(count)
-
-
-class UsageError(Exception):
-    """A command-line mistake, reported as one line ``dpjax: error: ...`` with exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, whose errors are one line (not the usage block) and return status 2."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        raise UsageError(f"{message} (see '{self.prog} --help')")
-
-
-def fail(message: object) -> int:
-    """Print ``dpjax: error: MESSAGE`` as one line on stderr; returns the exit status 2."""
-    print(f"dpjax: error: {' '.join(str(message).split())}", file=sys.stderr)
-    return 2
 
 
 def _experiments():

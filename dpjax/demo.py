@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax._validate import ConfigError
+from dpjax._validate import ConfigError, OneLineParser, UsageError, fail
 from dpjax.algorithms import dp_em
 from dpjax.models import GaussianMixture, sparse_unit_beta
 
@@ -38,9 +38,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the exit status (2, with one line on stderr, on a bad option)."""
-    from dpjax.cli import UsageError, _Parser, fail
-
-    p = _Parser(prog="dpjax demo", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="dpjax demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=100_000, help="sample size, >= 2 (default 100000)")
     p.add_argument("--d", type=int, default=1000, help="dimension (default 1000)")
     p.add_argument("--s", type=int, default=10, help="sparsity s*, in [1, d] (default 10)")

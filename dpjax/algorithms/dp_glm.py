@@ -217,8 +217,11 @@ def _make_noisy_gd_step(model: GLM, T: int, calibration: Calibration, margin: fl
         stat = with_sensitivity_margin(grad, margin).scale(-hp.eta).shift(beta)
         if calibration in ("paper", "unsplit"):
             split = T if calibration == "paper" else 1
-            new, ev = gaussian_mechanism(key, stat, hp.epsilon / split, hp.delta / split,
-                                         PAPER_LOG_CONSTANT)
+            # "paper": the printed classic formula where eps/T <= 1 (its proof), the analytic
+            # calibration above; "unsplit" reproduces the paper's formula literally
+            new, ev = gaussian_mechanism(
+                key, stat, hp.epsilon / split, hp.delta / split, PAPER_LOG_CONSTANT,
+                "classic" if calibration == "unsplit" else "classic-or-analytic")
         else:
             new, ev = gaussian_mechanism_zcdp(key, stat, hp.rho / T)
         return GLMState(new), GLMInfo(ev.scale.astype(beta.dtype), _no_support(), (ev,))
