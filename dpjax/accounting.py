@@ -31,6 +31,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dpjax._gaussian_curve import gaussian_delta, gaussian_epsilon, gaussian_mu_for_epsilon
+from dpjax._validate import ConfigError
 
 __all__ = [
     "ApproxDP",
@@ -549,8 +550,9 @@ class Ledger:
         return "\n".join(lines)
 
 
-class PrivacyBudgetError(ValueError):
-    """The noise a run drew delivers a weaker guarantee than the one requested."""
+class PrivacyBudgetError(ConfigError):
+    """The noise a run drew delivers a weaker guarantee than the one requested (a
+    :class:`~dpjax._validate.ConfigError`: ``dpjax run`` reports it as one line, exit 2)."""
 
 
 #: relative slack of :func:`check_delivers` (float32 rounding of the noise scales)

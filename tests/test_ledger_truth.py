@@ -268,3 +268,34 @@ def test_secure_local_gradient_em_composes_its_rounds_in_parallel(key):
 
 def test_fraction_helper_is_exact():
     assert mechanisms.implemented_flip_probability(math.inf) == Fraction(0)
+
+
+def test_a_study_level_that_delivers_less_than_requested_is_refused():
+    """A study's ledgers pass the same check as a fit: a level whose drawn noise delivers less
+    than requested raises PrivacyBudgetError (a ConfigError: `dpjax run` prints one line)."""
+    from types import SimpleNamespace
+    from typing import NamedTuple
+
+    from dpjax import study
+    from dpjax._validate import ConfigError
+
+    class HP(NamedTuple):
+        epsilon: float
+        delta: float
+
+    def ledger(n, hp, events):
+        (ev,) = events
+        return Ledger.build("toy", [Release.from_event(ev, "v")], "basic",
+                            requested=ApproxDP(float(hp.epsilon), float(hp.delta)))
+
+    setting = SimpleNamespace(estimator=SimpleNamespace(ledger=ledger), hparams_type=HP, n=10)
+
+    def events(scale):  # axes (reps, levels, steps)
+        f = lambda x: jnp.full((2, 1, 1), x, jnp.float32)  # noqa: E731
+        return (mechanisms.PrivacyEvent("laplace", f(1.0), f(scale), f(1.0), f(0.0), "l1"),)
+
+    ok = study._ledger(setting, {"epsilon": 1.0, "delta": 0.0}, 0, events(1.0))
+    assert ok["approx_dp"]["epsilon"] == pytest.approx(1.0)
+    with pytest.raises(PrivacyBudgetError, match="weaker than the requested") as err:
+        study._ledger(setting, {"epsilon": 1.0, "delta": 0.0}, 0, events(0.5))
+    assert isinstance(err.value, ConfigError)
