@@ -1,5 +1,5 @@
 """Strict numerics for the whole suite: rank promotion raises, key reuse is checked, and
-warnings are errors (pyproject's filterwarnings)."""
+warnings are errors (pyproject's filterwarnings); and the quick tier (``QUICK`` below)."""
 
 import gc
 import os
@@ -65,3 +65,51 @@ def _bounded_compiled_code():
     if regions is not None and regions > _REGION_LIMIT:
         jax.clear_caches()
         gc.collect()
+
+
+# ------------------------------------------------------------------------------------------
+# The quick tier: ``python -m pytest -m quick -n 2`` after each change (README, Development).
+# ------------------------------------------------------------------------------------------
+
+#: The tests of the quick tier, by file: ``None`` for every test of the file, else the names of
+#: its test functions (every parametrisation of each). Kept here, in one place, rather than as
+#: marks scattered over files that others edit: the tier is every registered estimator's
+#: conformance, every command-line contract and every results-file contract. A name that no
+#: longer matches a test is an error, so a renamed test cannot drop out of the tier silently.
+QUICK: dict[str, tuple[str, ...] | None] = {
+    # every registered estimator: one run kernel and one vmapped kernel each
+    "test_conformance.py": None,
+    # the command line: every subcommand, error line and the installed script
+    "test_cli.py": None,
+    "test_cli_errors.py": None,
+    # results files: the contract columns, resuming, checksummed chunks, file modes
+    "test_sweep.py": ("test_results_files_have_the_contract_columns",
+                      "test_rerun_resumes_from_completed_chunks"),
+    "test_crash_safety.py": ("test_a_chunk_round_trips_with_its_header",
+                             "test_every_truncation_is_detected",
+                             "test_a_flipped_byte_is_detected_or_harmless",
+                             "test_the_checksum_covers_the_data_not_just_the_zip_crc",
+                             "test_a_chunk_of_another_setting_range_or_configuration_is_refused",
+                             "test_files_that_are_not_verified_chunks_are_refused"),
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: every collected test is seen here
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of ``QUICK`` with ``quick``; a ``QUICK`` name that matches no collected
+    test of its (collected) file, or a quick test marked slow, is an error."""
+    modules = {}
+    for item in items:
+        path = getattr(item, "path", None)
+        if path is None or path.name not in QUICK:
+            continue
+        modules[path.name] = getattr(item, "module", None)
+        wanted = QUICK[path.name]
+        if wanted is None or getattr(item, "originalname", item.name) in wanted:
+            if item.get_closest_marker("slow") is not None:
+                raise pytest.UsageError(f"{item.nodeid} is marked slow and listed in QUICK")
+            item.add_marker(pytest.mark.quick)
+    for file, module in modules.items():
+        stale = [n for n in QUICK[file] or () if not callable(getattr(module, n, None))]
+        if stale:
+            raise pytest.UsageError(f"tests/conftest.py QUICK names no test of {file}: {stale}")

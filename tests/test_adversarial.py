@@ -227,16 +227,31 @@ def _candidates(case: StatCase, batch, iterate, dtype) -> dict[str, np.ndarray]:
     return {n: np.stack([per_leaf[n][c[j]] for c in combos]) for j, n in enumerate(names)}
 
 
+_NEIGHBOURS: dict[str, Callable] = {}
+
+
+def _neighbours(case: StatCase) -> Callable:
+    """``(iterate, batch, records) -> (values, sensitivities)`` on every neighbour, jitted once
+    per case: the iterate and the batch are arguments, so the iterates of a dtype share one
+    compiled kernel."""
+    if case.name not in _NEIGHBOURS:
+        def values(iterate, batch, records):
+            def one(rec):
+                data = type(batch)(**{n: getattr(batch, n).at[0].set(rec[n])
+                                      for n in batch._fields})
+                stat = case.statistic(iterate, data)
+                return stat.value, stat.sensitivity
+
+            return jax.vmap(one)(records)
+
+        _NEIGHBOURS[case.name] = jax.jit(values)
+    return _NEIGHBOURS[case.name]
+
+
 def _evaluate(case: StatCase, batch, iterate, records: dict[str, np.ndarray]):
     """Values (K, ...) and the declared sensitivity of the statistic on each neighbour."""
-
-    def one(rec):
-        data = type(batch)(**{n: getattr(batch, n).at[0].set(rec[n]) for n in batch._fields})
-        stat = case.statistic(iterate, data)
-        return stat.value, stat.sensitivity
-
-    values, sens = jax.jit(jax.vmap(one))(records)
-    norm = case.statistic(iterate, batch).norm
+    values, sens = _neighbours(case)(iterate, batch, records)
+    norm = jax.eval_shape(case.statistic, iterate, batch).norm  # static: no need to compute
     return np.asarray(values, np.float64), np.asarray(sens, np.float64), norm
 
 
@@ -355,6 +370,13 @@ def test_clip_linf_is_inside_the_box_for_every_input(x, bound):
     assert np.isfinite(out).all() and np.all(np.abs(out) <= bound)
 
 
+@jax.jit
+def _one_record_along_either_axis(a, b, bound):
+    """One compile for every example (the bound is an argument), not an op-by-op run each."""
+    return (clipped_outer_mean(a, b, bound),
+            clipped_outer_mean(a.T, b.T, bound, records_axis=1))
+
+
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(a=hnp.arrays(np.float32, (3, 3), elements=_EXTREME32),
        b=hnp.arrays(np.float32, (3, 2), elements=_EXTREME32),
@@ -363,9 +385,9 @@ def test_clipped_outer_terms_are_inside_the_ball(a, b, bound):
     # each record alone (n = 1): its clipped term must have Frobenius norm <= bound, with the
     # records along either axis (the IV gradients put them along the minor one)
     for i in range(a.shape[0]):
-        stat = clipped_outer_mean(jnp.asarray(a[i:i + 1]), jnp.asarray(b[i:i + 1]), bound)
-        t_stat = clipped_outer_mean(jnp.asarray(a[i:i + 1].T), jnp.asarray(b[i:i + 1].T), bound,
-                                    records_axis=1)
+        stat, t_stat = _one_record_along_either_axis(jnp.asarray(a[i:i + 1]),
+                                                     jnp.asarray(b[i:i + 1]),
+                                                     jnp.float32(bound))
         term = np.asarray(stat.value, np.float64)
         assert np.isfinite(term).all()
         assert np.linalg.norm(term) <= bound * (1 + RTOL)
