@@ -253,9 +253,22 @@ def resolve_delta(delta: Any, n: int, *, private: bool = True, stacklevel: int =
         warnings.warn(
             f"delta = {delta:g} {'>' if delta > 1.0 / n else '='} 1/n = {1.0 / n:g}: such a "
             "delta permits releasing a record outright; the usual choice is delta = 1/(2n) or "
-            "smaller", DPJaxWarning, stacklevel=stacklevel,
+            "smaller", DPJaxWarning, stacklevel=max(stacklevel, _user_stacklevel()),
         )
     return delta
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside the dpjax package (the user's call), so
+    a warning points at the caller's line however many dpjax layers lie in between."""
+    import os
+    import sys as _sys
+
+    root = os.path.dirname(os.path.abspath(__file__))
+    frame, level = _sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class TracedFitError(TypeError):

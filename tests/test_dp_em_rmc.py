@@ -247,7 +247,7 @@ def test_ledgers_of_corrected_and_literal_sensitivity():
     hp = dp_em.default_hparams(n, 0.5)
     led = probe_ledger(dp_em.hd_dp_em(MODEL, 3, N0), MODEL, n, 5, hp)
     assert led.is_private and led.variant == "corrected"
-    assert led.guarantee.epsilon == pytest.approx(0.5, rel=1e-5)
+    assert 0 < led.guarantee.epsilon <= 0.5  # read off the peeling rounds' composition
     (rel,) = led.releases
     assert "||beta^t||_inf" in rel.statistic and rel.sensitivity_ratio == 1.0
     lam = 0.5 * 6 * math.log(n) / (n // N0)  # at the iterate 0

@@ -70,7 +70,7 @@ def test_table3_tiny_run_and_ledgers(tmp_path):
     ledgers = {(s["columns"]["method"], lv["hparams"]["epsilon"]): lv["ledger"]
                for s in out.config["settings"] for lv in s["levels"]}
     led = ledgers[("alg3", 0.5)]
-    assert led["is_private"] and led["approx_dp"]["epsilon"] == pytest.approx(0.5)
+    assert led["is_private"] and 0 < led["approx_dp"]["epsilon"] <= 0.5
     assert led["releases"][0]["count"] == 50
     assert not ledgers[("wang2015", math.inf)]["is_private"]
     assert (tmp_path / "figure.png").exists()

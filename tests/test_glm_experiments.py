@@ -52,7 +52,7 @@ def test_fig2_settings_follow_the_paper():
     assert sum(len(s.levels) for s in off) == sum(len(s.levels) for s in settings) - 1
     with pytest.raises(ConfigError, match="multiple of 4"):
         resolve_config(_exp(glm_fig2), {"d": "1001"})
-    with pytest.raises(ConfigError, match="--set unsplit: .* 50/\\(2 x 20\\) >= 1"):
+    with pytest.raises(ConfigError, match="--set n_base=20: .* 50/\\(2 x 20\\) >= 1"):
         resolve_config(_exp(glm_fig2), {"n_base": "20", "n_grid": "20"})
     assert resolve_config(_exp(glm_fig2), {"n_base": "20", "n_grid": "20", "unsplit": "false"})
 

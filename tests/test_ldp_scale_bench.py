@@ -22,7 +22,8 @@ def test_child_streams_users_and_reports_the_ledger(alg):
         assert r["guarantee"] == pytest.approx(1.0) and r["guarantee_delta"] == 0.0
     else:
         assert (r["n"], r["chunks"], r["users_per_step"]) == (3000, 3, 1000)
-        assert r["guarantee"] == pytest.approx(1.0) and r["guarantee_delta"] == pytest.approx(1e-5)
+        # Gaussian releases read off the exact curve: at most the requested (1, 1e-5)
+        assert 0 < r["guarantee"] <= 1.0 and r["guarantee_delta"] == pytest.approx(1e-5)
     assert r["run_s"] > 0 and r["peak_rss_mb"] > 0 and math.isfinite(r["error"])
 
 
