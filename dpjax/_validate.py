@@ -34,6 +34,7 @@ __all__ = [
     "check_xy",
     "check_delta",
     "check_epsilon",
+    "check_inf_only_at_inf_epsilon",
     "check_int_in_range",
     "check_noise_inputs",
     "check_not_traced",
@@ -132,14 +133,22 @@ def check_truncation(truncation: Any, epsilon: Any, name: str = "truncation") ->
     infinite noise.
     """
     t = check_positive(truncation, name, allow_inf=True)
-    eps = np.asarray(epsilon, dtype=np.float64)
-    t_b, eps_b = np.broadcast_arrays(t, eps)
-    if (np.isinf(t_b) & np.isfinite(eps_b)).any():
-        raise ValueError(
-            f"{name} = inf (no truncation) has unbounded sensitivity and is allowed only with "
-            "epsilon = inf; give a finite truncation level for a private run"
-        )
+    check_inf_only_at_inf_epsilon(
+        t, epsilon,
+        f"{name} = inf (no truncation) has unbounded sensitivity and is allowed only with "
+        "epsilon = inf; give a finite truncation level for a private run",
+    )
     return t
+
+
+def check_inf_only_at_inf_epsilon(value: Any, epsilon: Any, message: str) -> None:
+    """Raise ``ValueError(message)`` where ``value`` is inf at a finite ``epsilon`` (the two
+    broadcast together): an unbounded sensitivity would need infinite noise at any finite
+    epsilon."""
+    v_b, eps_b = np.broadcast_arrays(np.asarray(value, dtype=np.float64),
+                                     np.asarray(epsilon, dtype=np.float64))
+    if (np.isinf(v_b) & np.isfinite(eps_b)).any():
+        raise ValueError(message)
 
 
 def check_int_in_range(

@@ -187,13 +187,11 @@ def _check_range(value: Any, epsilon: Any, name: str) -> None:
     if np.isnan(arr).any() or (arr < 0).any():
         raise ValueError(f"{name} must lie in [0, inf); got {_validate._show(arr)}")
     if _concrete(epsilon):
-        eps = np.asarray(epsilon, dtype=np.float64)
-        r_b, e_b = np.broadcast_arrays(arr, eps)
-        if (np.isinf(r_b) & np.isfinite(e_b)).any():
-            raise ValueError(
-                f"{name} = inf (unbounded statistic) is allowed only with epsilon = inf; "
-                "give a finite range for a private release"
-            )
+        _validate.check_inf_only_at_inf_epsilon(
+            arr, epsilon,
+            f"{name} = inf (unbounded statistic) is allowed only with epsilon = inf; "
+            "give a finite range for a private release",
+        )
 
 
 def _require_local_l2(stat: Any, mechanism: str) -> None:
