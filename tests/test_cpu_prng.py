@@ -9,6 +9,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from dpjax import _cpu_prng, sweep  # noqa: F401  (importing the sweep engine installs it)
 from dpjax.models.glm import random_words
@@ -58,6 +59,7 @@ def _same(a, b) -> bool:
     return np.array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.production_compiler
 def test_fast_normal_is_jax_normal_bit_for_bit():
     def key():  # a fresh key object per draw (the suite checks key reuse)
         return jax.random.key(7)

@@ -231,6 +231,7 @@ def test_invalid_inputs_are_rejected():
     assert np.isfinite(r.estimate).all()
 
 
+@pytest.mark.production_compiler
 def test_disjoint_batching_is_the_same_estimator_on_equal_groups():
     """With ``n`` a multiple of ``T`` the two batchings make the same groups and draw the same
     noise (round ``t``'s key, one subkey per user), so their runs are identical."""

@@ -3,6 +3,8 @@ unchanged: keys do not depend on chunking); a non-positive budget is a clear err
 
 import json
 
+import pytest
+
 from dpjax import cli, results
 
 SMALL = ["--set", "n_grid=800", "--set", "s_grid=3", "--set", "eps_grid=0.5", "--set",
@@ -16,6 +18,7 @@ def _run(out, *extra):
     return [s["chunk_size"] for s in cfg["settings"]], results.read_csv(out / "summary.csv")
 
 
+@pytest.mark.production_compiler
 def test_memory_budget_sets_the_chunk_size(tmp_path):
     chunks_default, summary_default = _run(tmp_path / "a")
     chunks_tiny, summary_tiny = _run(tmp_path / "b", "--memory-budget", "1e-6")
