@@ -353,7 +353,8 @@ def machine_rates() -> dict:
     ``fold_in(key, r)``, as the studies lay out their keys; flat arrays, the fast path), the
     float32 matmul peak (batched 1024 x 1024 products), the vector peak (a chain of 64 fused
     multiply-adds per element on a cache-sized array) and the memory bandwidth (a 128 MB
-    elementwise copy: read + write)."""
+    elementwise copy: read + write). On an accelerator every size is larger (normals 2^22 a
+    key, 4096 x 4096 products, 2^24 elements, 1 GB), so that launches do not set the rate."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -366,18 +367,19 @@ def machine_rates() -> dict:
     def put(x):
         return jax.device_put(x, shard)
 
-    R, m = 8 * D, 2**18
+    gpu = devs[0].platform != "cpu"  # an accelerator: sizes that fill it (launches amortised)
+    R, m = 8 * D, 2**22 if gpu else 2**18
     ids = put(jnp.arange(R, dtype=jnp.uint32))
     key = jax.random.key(0)
     normal = jax.jit(jax.vmap(lambda r: jax.random.normal(jax.random.fold_in(key, r), (m,))))
     bits = jax.jit(jax.vmap(lambda r: jax.random.bits(jax.random.fold_in(key, r), (m,))))
     out = {"devices": D, "normal_s": _best_of(normal, ids) / (R * m),
            "word_s": _best_of(bits, ids) / (R * m)}
-    k = 1024
+    k = 4096 if gpu else 1024
     a = put(jnp.ones((2 * D, k, k), jnp.float32) / k)
     mm = jax.jit(lambda x: jnp.einsum("bij,bjk->bik", x, x))
     out["matmul_flops_per_s"] = 2 * D * 2 * k**3 / _best_of(mm, a)
-    v = put(jnp.linspace(0.0, 1.0, D * 2**16, dtype=jnp.float32))
+    v = put(jnp.linspace(0.0, 1.0, D * (2**24 if gpu else 2**16), dtype=jnp.float32))
 
     def fma_chain(x, steps=50):
         def body(_, y):
@@ -387,7 +389,7 @@ def machine_rates() -> dict:
         return jax.lax.fori_loop(0, steps, body, x)
 
     out["vector_flops_per_s"] = 2 * 64 * 50 * v.size / _best_of(jax.jit(fma_chain), v)
-    big = put(jnp.zeros(D * (2**25 // D), jnp.float32))
+    big = put(jnp.zeros(D * ((2**28 if gpu else 2**25) // D), jnp.float32))
     out["bytes_per_s"] = 8 * big.size / _best_of(jax.jit(lambda x: x + 1.0), big)
     return out
 
