@@ -584,24 +584,27 @@ def test_statistic_scores_equal_psi_and_its_gradient():
     np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-6, atol=1e-9)
 
 
-@pytest.mark.parametrize("outliers", [0, 2, 20, 3000])
-def test_batched_scores_take_each_path_and_equal_psi(outliers):
+@pytest.mark.parametrize("outliers, clustered", [(0, False), (2, False), (20, False),
+                                                 (200, True), (3000, False)])
+def test_batched_scores_take_each_path_and_equal_psi(outliers, clustered):
     """Under vmap (columns x levels, each level with its own s and beta, as in the DP gradient
-    EM sweeps) the scores are computed once for the whole batch: none, a few (two-level
-    blocks), some (blocks) or many (one by one) records through the full kernel. Every path
-    gives psi's values, record by record, with the s and beta of its own level."""
-    n, d = 2000, 3
+    EM sweeps) the scores are computed once for the whole batch: none, a few or many records
+    through the full kernel, gathered by super-blocks and blocks, two records a block per pass
+    (clustered: whole blocks pending, so eight passes; 3000 in 240000: more than one pass's
+    capacity). Every path gives psi's values, record by record, with the s and beta of its
+    own level."""
+    n, d = 40000, 3
     x = jax.random.normal(jax.random.key(1), (2, n, d))
-    pos = jax.random.choice(jax.random.key(2), 2 * n * d, (outliers,), replace=False)
+    if clustered:  # consecutive records of one column: every block of 16 fully pending
+        pos = jnp.arange(outliers) * d + 7 * d * 16 * 16
+    else:
+        pos = jax.random.choice(jax.random.key(2), 2 * n * d, (outliers,), replace=False)
     x = x.reshape(-1).at[pos].set(40.0 * jnp.sign(x.reshape(-1)[pos])).reshape(2, n, d)
     s = jnp.array([30.0, 50.0])
     beta = jnp.array([2.3, 4.0])
-    size = x.size
     need = int(jnp.sum(~rm._polynomial_only(x, s[:, None, None], beta[:, None, None])[1]))
     assert need == outliers  # the base data take the polynomial
-    path = (0 if need == 0 else 1 if need * rm._RARE_SHARE <= size else
-            2 if need * rm._SPARSE_SHARE <= size else 3)
-    assert path == {0: 0, 2: 1, 20: 2, 3000: 3}[outliers]
+    assert (need * rm._PASS_SHARE > x.size) == (outliers == 3000)
     got = jax.jit(jax.vmap(rm._psi_columns))(x, s, beta)
     for k in range(2):
         want = rm.psi(x[k], s[k], beta[k])
