@@ -606,6 +606,10 @@ def test_batched_scores_take_each_path_and_equal_psi(outliers, clustered):
     assert need == outliers  # the base data take the polynomial
     assert (need * rm._PASS_SHARE > x.size) == (outliers == 3000)
     got = jax.jit(jax.vmap(rm._psi_columns))(x, s, beta)
+    # the row sums (what the robust mean takes) never materialise the scores: the same sums
+    sums = jax.jit(jax.vmap(rm._psi_column_sums))(x, s, beta)
+    np.testing.assert_allclose(np.asarray(sums), np.asarray(jnp.sum(got, axis=1)), rtol=1e-5,
+                               atol=1e-6 * n * float(jnp.max(s)))
     for k in range(2):
         want = rm.psi(x[k], s[k], beta[k])
         np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want), rtol=0,
