@@ -253,12 +253,12 @@ def _run_all(args: argparse.Namespace) -> int:
 
     reports = args.reports or os.path.join(os.path.dirname(_experiments().__file__), "reports")
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
-    if not args.compare_only:
-        set_cpu_devices(args.cpu_devices)
-        enable_compile_cache()
+    # every study runs in its own process (see dpjax.reproduce._run_isolated), which sets up
+    # its JAX CPU devices and compilation cache itself
     return reproduce.reproduce(_registry(), args.out, reports, only=only,
                                compare_only=args.compare_only, z=args.z,
-                               progress=not args.no_progress, data_mode=args.data_mode,
+                               progress=not args.no_progress, isolate=True,
+                               cpu_devices=args.cpu_devices, data_mode=args.data_mode,
                                memory_budget_gb=args.memory_budget)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -256,6 +257,53 @@ def _run_one(exp: Experiment, plan: Plan, out: Path, progress: bool,
             "fingerprint": res.config.get("fingerprint"), "reps": res.config.get("reps")}
 
 
+def _plan_json(plan: Plan) -> str:
+    return json.dumps({"name": plan.name, "reps": plan.reps, "seed": plan.seed,
+                       "quick": plan.quick, "overrides": dict(plan.overrides),
+                       "chunk_size": plan.chunk_size})
+
+
+def _run_isolated(plan: Plan, out: Path, progress: bool, run_kwargs: Mapping[str, Any],
+                  cpu_devices: int) -> dict[str, Any]:
+    """:func:`_run_one` in a child process (``python -m dpjax.reproduce``), which imports
+    dpjax, compiles the study and exits, as ``dpjax run NAME`` does. One process for the whole
+    set ran out of memory maps: every compiled kernel stays mapped for the life of the
+    process, and after about 19 experiments LLVM could not map another one (``Cannot
+    allocate memory``, then a segmentation fault). The child's progress bar and messages go
+    to this process's stderr; its result comes back as the last line of its stdout."""
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "dpjax.reproduce", _plan_json(plan), str(out),
+           json.dumps({"progress": progress, "cpu_devices": cpu_devices, **run_kwargs})]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        why = lines[-1] if lines else f"exit status {proc.returncode}"
+        raise RuntimeError(f"the study's process failed: {why}")
+    info = json.loads(lines[-1])
+    if "error" in info:
+        raise RuntimeError(info["error"])
+    return info | {"process_seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _child(argv: Sequence[str]) -> int:
+    """``python -m dpjax.reproduce PLAN_JSON OUT KWARGS_JSON``: one study of ``dpjax run --all``
+    (see :func:`_run_isolated`); prints its result (or its error) as JSON on stdout."""
+    plan_d, out, kwargs = json.loads(argv[0]), Path(argv[1]), json.loads(argv[2])
+    from dpjax import cli
+
+    cli.set_cpu_devices(kwargs.pop("cpu_devices", 0))
+    cli.enable_compile_cache()
+    progress = kwargs.pop("progress", True)
+    plan = Plan(**plan_d)
+    try:
+        info = _run_one(cli._registry()[plan.name], plan, out, progress, kwargs)
+    except Exception as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}))
+        return 1
+    print(json.dumps(info))
+    return 0
+
+
 def reproduce(
     experiments: Mapping[str, Experiment],
     out_dir: str | Path,
@@ -268,6 +316,8 @@ def reproduce(
     atol: float = DEFAULT_ATOL,
     progress: bool = True,
     echo: Callable[[str], None] = print,
+    isolate: bool = False,
+    cpu_devices: int = 0,
     **run_kwargs: Any,
 ) -> int:
     """Regenerate every experiment of ``experiments`` that has a committed report in
@@ -275,7 +325,9 @@ def reproduce(
     (``out_dir/comparison.csv``; what moved is printed). Returns the exit status: 1 if a
     study failed or a summary could not be compared, else 0 (moved values included).
     ``run_kwargs`` go to :func:`dpjax.study.run_experiment` (``data_mode``,
-    ``memory_budget_gb``)."""
+    ``memory_budget_gb``). ``isolate``: each study in its own process (the registered
+    experiment of that name, with ``cpu_devices`` JAX CPU devices; what ``dpjax run --all``
+    does), else in this one (``experiments`` may then be any mapping)."""
     out, reports = Path(out_dir), Path(reports)
     if not reports.is_dir():
         raise ConfigError(f"--reports {reports}: no such directory (the committed reports, "
@@ -304,7 +356,9 @@ def reproduce(
                     f"{', quick' if p.quick else ''}; settings from {p.source}")
             _log(f"{head}: {what}")
             try:
-                info = _run_one(experiments[p.name], p, out / p.name, progress, run_kwargs)
+                info = (_run_isolated(p, out / p.name, progress, run_kwargs, cpu_devices)
+                        if isolate else
+                        _run_one(experiments[p.name], p, out / p.name, progress, run_kwargs))
             except Exception as exc:  # one failed study does not stop the others
                 errors[p.name] = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
                 _log(f"{head}: FAILED ({errors[p.name]})")
@@ -316,6 +370,9 @@ def reproduce(
                      f"the committed run's {p.fingerprint} (its settings or keys changed)")
             timings[p.name] = timings.get(p.name, {}) | {"last_seconds": info["seconds"]}
             timings[p.name].setdefault("first_seconds", info["seconds"])
+            if "process_seconds" in info:  # the whole process: import, compile, study, files
+                timings[p.name]["last_process_seconds"] = info["process_seconds"]
+                timings[p.name].setdefault("first_process_seconds", info["process_seconds"])
             results.write_json(timing_file, {"experiments": timings})
     rows: list[dict[str, Any]] = []
     for p in todo:
@@ -345,3 +402,7 @@ def reproduce(
     for name, why in errors.items():
         echo(f"error: {name}: {why}")
     return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))
