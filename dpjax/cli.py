@@ -125,10 +125,22 @@ def main(argv: list[str] | None = None) -> int:
     from dpjax._validate import ConfigError
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["_run-one-study"]:  # dpjax.reproduce's child process (run --all)
+        return _run_one_study(argv[1:])
     try:
         return _main(argv)
     except (UsageError, ConfigError) as exc:
         return fail(exc)
+
+
+def _run_one_study(argv: list[str]) -> int:
+    from dpjax import reproduce
+
+    def setup(cpu_devices: int) -> None:
+        set_cpu_devices(cpu_devices)
+        enable_compile_cache()
+
+    return reproduce.child(argv, _registry(), setup)
 
 
 def _build_parser(argv: list[str]) -> argparse.ArgumentParser:

@@ -57,6 +57,8 @@ REPORT_OPTIONS: dict[str, dict[str, Any]] = {
     "ldp_wangxu": {"chunk_size": 5},
 }
 
+# the hidden CLI command that runs one study in a child process (dpjax.cli dispatches it)
+CHILD_COMMAND = "_run-one-study"
 DEFAULT_Z = 3.0
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-9
@@ -265,14 +267,15 @@ def _plan_json(plan: Plan) -> str:
 
 def _run_isolated(plan: Plan, out: Path, progress: bool, run_kwargs: Mapping[str, Any],
                   cpu_devices: int) -> dict[str, Any]:
-    """:func:`_run_one` in a child process (``python -m dpjax.reproduce``), which imports
+    """:func:`_run_one` in a child process (``python -m dpjax.cli _run-one-study ...``, which
+    calls :func:`child`), which imports
     dpjax, compiles the study and exits, as ``dpjax run NAME`` does. One process for the whole
     set ran out of memory maps: every compiled kernel stays mapped for the life of the
     process, and after about 19 experiments LLVM could not map another one (``Cannot
     allocate memory``, then a segmentation fault). The child's progress bar and messages go
     to this process's stderr; its result comes back as the last line of its stdout."""
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "dpjax.reproduce", _plan_json(plan), str(out),
+    cmd = [sys.executable, "-m", "dpjax.cli", CHILD_COMMAND, _plan_json(plan), str(out),
            json.dumps({"progress": progress, "cpu_devices": cpu_devices, **run_kwargs})]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     lines = proc.stdout.strip().splitlines()
@@ -285,18 +288,17 @@ def _run_isolated(plan: Plan, out: Path, progress: bool, run_kwargs: Mapping[str
     return info | {"process_seconds": round(time.perf_counter() - t0, 3)}
 
 
-def _child(argv: Sequence[str]) -> int:
-    """``python -m dpjax.reproduce PLAN_JSON OUT KWARGS_JSON``: one study of ``dpjax run --all``
-    (see :func:`_run_isolated`); prints its result (or its error) as JSON on stdout."""
+def child(argv: Sequence[str], experiments: Mapping[str, Experiment],
+          setup: Callable[[int], None]) -> int:
+    """One study of ``dpjax run --all`` in its own process (see :func:`_run_isolated`):
+    ``argv = [PLAN_JSON, OUT, KWARGS_JSON]``; ``setup(cpu_devices)`` prepares JAX (the CLI's
+    device count and compilation cache). Prints the result (or the error) as JSON on stdout."""
     plan_d, out, kwargs = json.loads(argv[0]), Path(argv[1]), json.loads(argv[2])
-    from dpjax import cli
-
-    cli.set_cpu_devices(kwargs.pop("cpu_devices", 0))
-    cli.enable_compile_cache()
+    setup(kwargs.pop("cpu_devices", 0))
     progress = kwargs.pop("progress", True)
     plan = Plan(**plan_d)
     try:
-        info = _run_one(cli._registry()[plan.name], plan, out, progress, kwargs)
+        info = _run_one(experiments[plan.name], plan, out, progress, kwargs)
     except Exception as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}))
         return 1
@@ -403,6 +405,3 @@ def reproduce(
         echo(f"error: {name}: {why}")
     return 1 if errors else 0
 
-
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1:]))
