@@ -485,13 +485,19 @@ def _psi_rows_vmap(axis_size, in_batched, x, s, beta):
     :func:`_psi_rows`, so every enclosing ``vmap`` folds in the same way and the loop of
     :func:`_psi_rows_impl` runs once for the whole batch (under a plain ``vmap`` its
     test would be batched and every pass would run on every member)."""
+    return _fold_batch(_psi_rows, axis_size, in_batched, x, s, beta)
+
+
+def _fold_batch(fun, axis_size, in_batched, x, s, beta):
+    """The batch axis as one more row axis of ``x`` (``s``, ``beta`` broadcast per row), then
+    ``fun`` (a ``custom_vmap`` of the same rows): the vmap rule of both psi row functions."""
     x_b, s_b, beta_b = in_batched
     if not x_b:
         x = jnp.broadcast_to(x, (axis_size, *x.shape))
     lead = x.shape[:-1]
     s = jnp.broadcast_to(s if s_b else jnp.asarray(s), lead)
     beta = jnp.broadcast_to(beta if beta_b else jnp.asarray(beta), lead)
-    return _psi_rows(x, s, beta), True
+    return fun(x, s, beta), True
 
 
 _psi_sums = jax.custom_batching.custom_vmap(_psi_sums_impl)
@@ -500,13 +506,7 @@ _psi_sums = jax.custom_batching.custom_vmap(_psi_sums_impl)
 @_psi_sums.def_vmap
 def _psi_sums_vmap(axis_size, in_batched, x, s, beta):
     """:func:`_psi_rows_vmap` for the row sums."""
-    x_b, s_b, beta_b = in_batched
-    if not x_b:
-        x = jnp.broadcast_to(x, (axis_size, *x.shape))
-    lead = x.shape[:-1]
-    s = jnp.broadcast_to(s if s_b else jnp.asarray(s), lead)
-    beta = jnp.broadcast_to(beta if beta_b else jnp.asarray(beta), lead)
-    return _psi_sums(x, s, beta), True
+    return _fold_batch(_psi_sums, axis_size, in_batched, x, s, beta)
 
 
 @jax.custom_jvp
