@@ -16,7 +16,9 @@ statistic) agrees when, for ``mean`` and every ``X_mean`` column,
 
     |new - old| <= z * sqrt(se_new^2 + se_old^2) + atol + rtol * |old|
 
-(Monte Carlo error plus float tolerance; ``z = 3`` by default) and the counts are equal. What
+(Monte Carlo error plus float tolerance; ``z = 3`` by default; an experiment may raise
+``atol`` for a metric that is float32 round-off at some settings, its
+:attr:`~dpjax.study.Experiment.compare_atol`) and the counts are equal. What
 moved (a mean outside that band, another count, a row only in one of the two files) is listed
 with the difference in standard-error units; every compared value goes to
 ``DIR/comparison.csv``. The exit status is nonzero only on errors (a study that failed, a
@@ -183,14 +185,17 @@ def _num(value: Any) -> float:
 
 def compare_summaries(experiment: str, old: Sequence[Mapping[str, Any]],
                       new: Sequence[Mapping[str, Any]], z: float = DEFAULT_Z,
-                      rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL
+                      rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+                      metric_atol: Mapping[str, float] | None = None
                       ) -> list[dict[str, Any]]:
     """One row per (summary row, statistic) of the two ``summary.csv`` tables: ``experiment``,
     ``key`` (the row's non-statistic columns, ``name=value; ...``), ``metric`` (``mean`` or
     ``X_mean``), ``old``, ``new``, ``diff``, ``se_units`` (the difference over
     ``sqrt(se_old^2 + se_new^2)``) and ``status``: ``ok``, ``moved`` (outside the band),
     ``count`` (other repetition counts), ``missing`` (only in the committed file) or ``new``
-    (only in the regenerated one)."""
+    (only in the regenerated one). ``metric_atol``: a larger ``atol`` for the named metrics
+    (``"error"`` for ``mean``, ``"X"`` for ``X_mean``)."""
+    metric_atol = dict(metric_atol or {})
     columns = list(dict.fromkeys(c for r in [*old, *new] for c in r if not _is_stat(c)))
     old_by = {_key(r, columns): r for r in old}
     new_by = {_key(r, columns): r for r in new}
@@ -202,6 +207,8 @@ def compare_summaries(experiment: str, old: Sequence[Mapping[str, Any]],
         a, b = old_by.get(k), new_by.get(k)
         for m in metrics:
             se = "se" if m == "mean" else m.removesuffix("_mean") + "_se"
+            tol = max(atol, metric_atol.get("error" if m == "mean" else m.removesuffix("_mean"),
+                                            atol))
             row = {"experiment": experiment, "key": label, "metric": m, "old": "", "new": "",
                    "diff": "", "se_units": "", "status": ""}
             if a is None or b is None:
@@ -217,7 +224,7 @@ def compare_summaries(experiment: str, old: Sequence[Mapping[str, Any]],
             if (math.isnan(x) and math.isnan(y)) or x == y:
                 ok, diff = True, 0.0
             elif math.isfinite(diff):
-                ok = abs(diff) <= z * spread + atol + rtol * abs(x)
+                ok = abs(diff) <= z * spread + tol + rtol * abs(x)
             else:
                 ok = False
             units = diff / spread if spread > 0 and math.isfinite(diff) else (
@@ -387,8 +394,9 @@ def reproduce(
         if not new.is_file():
             errors[p.name] = f"{new} missing (run without --compare-only first)"
             continue
+        exp = experiments.get(p.name)
         got = compare_summaries(p.name, results.read_csv(p.committed), results.read_csv(new),
-                                z, rtol, atol)
+                                z, rtol, atol, dict(getattr(exp, "compare_atol", ())))
         rows.extend(got)
         bad = [r for r in got if r["status"] != "ok"]
         echo(f"{p.name}: {len(got)} values, " + (

@@ -59,6 +59,11 @@ class Experiment:
         description: longer text for ``dpjax list``.
         summary_extra: other recorded metrics to summarise in ``summary.csv`` besides
             ``error`` (columns ``{name}_mean``, ``{name}_se``, ``{name}_sd``).
+        compare_atol: ``(metric, atol)`` pairs: the absolute float tolerance with which
+            ``dpjax run --all`` compares that metric's means (``"error"`` or a name of
+            ``summary_extra``) with the committed report's, for a metric that is float32
+            round-off at some settings (e.g. a distance between two solutions that agree in
+            exact arithmetic); the default tolerance elsewhere (:mod:`dpjax.reproduce`).
     """
 
     name: str
@@ -71,8 +76,17 @@ class Experiment:
     plot: Callable[..., None] | None = None
     description: str = ""
     summary_extra: tuple[str, ...] = ()
+    compare_atol: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
+        known = ("error", *self.summary_extra)
+        for metric, atol in self.compare_atol:
+            if metric not in known:
+                raise ValueError(f"experiment {self.name!r}: compare_atol names {metric!r}, "
+                                 f"which is not a summarised metric ({', '.join(known)})")
+            if not (isinstance(atol, (int, float)) and math.isfinite(atol) and atol >= 0):
+                raise ValueError(f"experiment {self.name!r}: compare_atol[{metric!r}] must "
+                                 f"be a finite number >= 0; got {atol!r}")
         if not isinstance(self.defaults, Config):
             if not isinstance(self.defaults, Mapping):
                 raise TypeError(f"experiment {self.name!r}: defaults must be a "

@@ -206,6 +206,9 @@ EXPERIMENTS = [
         defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
         reps=1000, quick_reps=20,
         summary_extra=("estimate", "error_2sls", "clip1", "clip2"),
+        # at epsilon = inf error_2sls is float32 round-off (7e-6, estimates of size 0.1-1;
+        # see _iv_common.STUDY); at finite epsilon its means are 2.6e-3 and above
+        compare_atol=(("error_2sls", 1e-6),),
         description="linearmodels' bundled Card data (n = 2191 with KWW), T = 15, rho1 = rho2 "
         "in {0.1, 1, 10}; beside 2SLS. See experiments/reports/iv_card.md.",
     )

@@ -6,6 +6,7 @@ own."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -111,6 +112,31 @@ def test_comparison_band_is_z_standard_errors_plus_float_tolerance():
     b = [{**_summary(1.0, 0.1, epsilon=0.3), "x_mean": 5.5, "x_se": 0.01, "x_sd": 1.0}]
     assert [(r["metric"], r["status"]) for r in reproduce.compare_summaries("e", a, b)] == [
         ("mean", "ok"), ("x_mean", "moved")]
+
+
+def test_an_experiment_can_widen_the_float_tolerance_of_one_metric():
+    """compare_atol: a metric that is float32 round-off at some settings (IV's error_2sls at
+    epsilon = inf: about 1e-6 either way) is compared within its own atol, the others not."""
+    old = [{**_summary(1.0, 0.1, epsilon=math.inf), "d_mean": 1.3e-6, "d_se": 5e-8,
+            "d_sd": 5e-7}]
+    new = [{**_summary(1.0, 0.1, epsilon=math.inf), "d_mean": 3.2e-7, "d_se": 5e-8,
+            "d_sd": 5e-7}]
+    plain = reproduce.compare_summaries("e", old, new)
+    assert [r["status"] for r in plain] == ["ok", "moved"]
+    wide = reproduce.compare_summaries("e", old, new, metric_atol={"d": 1e-5})
+    assert [r["status"] for r in wide] == ["ok", "ok"]
+    # it widens only the metric it names: "error" (the mean column) is compared as before
+    moved_error = [{**new[0], "mean": 2.0}]
+    got = reproduce.compare_summaries("e", old, moved_error, metric_atol={"d": 1e-5})
+    assert [r["status"] for r in got] == ["moved", "ok"]
+    # the IV studies declare it for error_2sls only, and an unknown metric is refused
+    registry = cli._registry()
+    assert dict(registry["iv_fig4"].compare_atol) == {"error_2sls": 1e-5}
+    assert dict(registry["em_fig1"].compare_atol) == {}
+    with pytest.raises(ValueError, match="compare_atol names 'nope'"):
+        dataclasses.replace(registry["iv_fig4"], compare_atol=(("nope", 1e-5),))
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        dataclasses.replace(registry["iv_fig4"], compare_atol=(("error_2sls", -1.0),))
 
 
 def test_every_committed_report_has_a_plan_this_version_can_run():
