@@ -179,12 +179,20 @@ class RegressionMissingCovariates:
         through :func:`~dpjax.mechanisms.sanitize`; on ordinary data this is the textbook
         formula exactly.
         """
-        obs = sanitize(data.z * data.x)
-        miss = 1.0 - data.z
-        num = sanitize(sanitize(data.y) - sanitize(obs @ beta))
-        c = sanitize(num / (self.sigma**2 + sanitize(miss @ jnp.square(beta))))
+        obs, miss, _, _, c = self._e_step_parts(beta, data)
         n_part = sanitize(c[:, None] * miss * beta[None, :])
         return sanitize(obs + n_part), n_part
+
+    def _e_step_parts(self, beta: jax.Array, data: RMCData) -> tuple[jax.Array, ...]:
+        """``(obs, miss, a, b, c)``: ``obs = z * x``, ``miss = 1 - z``, ``a = obs' beta``,
+        ``b = ||miss * beta||^2`` per record and the weight ``c = (y - a) / (sigma^2 + b)``,
+        each made finite (:func:`~dpjax.mechanisms.sanitize`)."""
+        obs = sanitize(data.z * data.x)
+        miss = 1.0 - data.z
+        a = sanitize(obs @ beta)
+        b = sanitize(miss @ jnp.square(beta))
+        c = sanitize(sanitize(sanitize(data.y) - a) / (self.sigma**2 + b))
+        return obs, miss, a, b, c
 
     def gradient(self, beta: jax.Array, data: RMCData) -> jax.Array:
         """Non-private ``grad Q_n(beta; beta) = (1/n) sum [y m - K beta]`` (no truncation)."""
@@ -218,15 +226,11 @@ class RegressionMissingCovariates:
         # The mask of an admissible record is 0/1; clamping it to [0, 1] keeps every term of an
         # arbitrary record inside the declared interval (-(1 - z_j) beta_j between 0 and -beta_j).
         data = RMCData(data.x, jnp.clip(sanitize(data.z), 0.0, 1.0), data.y)
-        obs = sanitize(data.z * data.x)
-        miss = 1.0 - data.z
         # conditional_mean's m = obs + nv, nv = c (1 - z) * beta, with the inner products
-        # m'beta = obs'beta + c ||(1 - z) beta||^2 and nv'beta = c ||(1 - z) beta||^2 taken
-        # from the two products conditional_mean needs anyway (equal in exact arithmetic; every
-        # value is made finite before it is clipped, so the bounds below hold for any record)
-        a = sanitize(obs @ beta)
-        b = sanitize(miss @ jnp.square(beta))
-        c = sanitize(sanitize(sanitize(data.y) - a) / (self.sigma**2 + b))
+        # m'beta = a + c b and nv'beta = c b taken from the E-step's own products (equal in
+        # exact arithmetic; every value is made finite before it is clipped, so the bounds
+        # below hold for any record)
+        obs, miss, a, b, c = self._e_step_parts(beta, data)
         nv = sanitize(c[:, None] * miss * beta[None, :])
         cb = sanitize(c * b)
         clip = lambda v: clip_linf(v, truncation)  # noqa: E731
