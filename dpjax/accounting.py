@@ -311,6 +311,11 @@ def peeling_epsilon(ratio: float, s: int, delta: float) -> float:
       ``eps_i``): ``sqrt(2 log(1/delta) sum eps_i^2) + sum eps_i (e^eps_i - 1)``, counting the
       final release as ``s`` Laplace releases of ``lambda / b`` each.
 
+    The exact peeling of ``secure=True`` (event ``"discrete-noisy-ht"``) has the same
+    structure with ``ratio = Delta^Z / b^Z`` in grid units: ``s`` exact permute-and-flip rounds
+    of ``2 Delta^Z / b^Z``-DP each (McKenna & Sheldon 2020) and ``s`` discrete Laplace
+    coordinates of ``Delta^Z / b^Z`` each, so this bound holds for it as it stands.
+
     The papers' calibration ``b = lambda 2 sqrt(3 s log(1/delta)) / epsilon`` (Dwork, Su &
     Zhang 2018) is read back as at most its epsilon by this bound at the budgets used in
     practice (e.g. 0.93 of it at epsilon = 1, s = 10, delta = 1e-5); where it is not -- a
@@ -337,7 +342,8 @@ class Release:
     calibrated it: ``epsilon = true_sensitivity / scale`` for Laplace (and the pure-DP local
     randomizer), the exact Gaussian curve (:func:`gaussian_epsilon` of
     ``mu = true_sensitivity / sigma`` at the release's delta) for an (epsilon, delta) Gaussian
-    whatever its calibration, :func:`peeling_epsilon` for NoisyHT, and
+    whatever its calibration, :func:`peeling_epsilon` for NoisyHT (and for its exact version
+    ``"discrete-noisy-ht"``, whose rounds have the same per-round epsilons in grid units), and
     ``rho = (true_sensitivity / scale)^2 / 2`` for the zCDP Gaussian. A scale that is zero,
     subnormal in the dtype it was drawn in, or non-finite counts as no noise (epsilon = inf).
 
@@ -392,7 +398,7 @@ class Release:
             elif event.kind == "gaussian":  # the exact curve of the noise drawn, any calibration
                 per = _per_release(lambda mu, dl: gaussian_epsilon(mu, dl), ratio_ts, delta,
                                    noisy)
-            elif event.kind == "noisy-ht":
+            elif event.kind in ("noisy-ht", "discrete-noisy-ht"):  # the same composition
                 per = _per_release(lambda r, dl: peeling_epsilon(r, event.s, dl), ratio_ts,
                                    delta, noisy)
             else:  # pure epsilon-DP kinds (Laplace, discrete Laplace, the l2-ball randomizer)

@@ -262,8 +262,9 @@ def fit(
         secure: release through the floating-point-safe path for real data
             (:func:`dpjax.mechanisms.secure_noise`: exact integer noise on a public grid; the
             steps run eagerly, slower than the default path). The ledger is composed from the
-            discrete events (zCDP for Gaussian noise, converted at ``hparams.delta``). An
-            estimator with a release that has no such path (peeling) raises.
+            discrete events (zCDP for Gaussian noise, converted at ``hparams.delta``); peeling
+            selects by exact permute-and-flip. An estimator with a release that has no such
+            path raises.
         grid: with ``secure``: the public grid step, a power of two (default: per release,
             from its sensitivity; see :func:`~dpjax.mechanisms.secure_noise`).
     """
@@ -317,7 +318,7 @@ def _secure_ledger(estimator, n, hparams, events, grid):
 
     events = tuple(events) if isinstance(events, (tuple, list)) else (events,)
     float_kinds = sorted({e.kind for e in events} - {"discrete-laplace", "discrete-gaussian",
-                                                      "none"})
+                                                      "discrete-noisy-ht", "none"})
     if float_kinds:
         raise ValueError(f"secure=True: {estimator.name} released through {float_kinds}, which "
                          "has no floating-point-safe path; use the default noise path")

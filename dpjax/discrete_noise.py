@@ -899,3 +899,255 @@ def secure_gaussian_mechanism(
     return _secure_release("discrete_gaussian", key, value, grid, integer_sensitivity_l2_sq,
                            sensitivity_l2, "squared l2 sensitivity",
                            discrete_gaussian_calibration, rho, too_small, _gaussian_jit)
+
+
+# --------------------------------------------------------------------------------------------
+# Exact selection: permute-and-flip on integer scores (host, NumPy integers)
+# --------------------------------------------------------------------------------------------
+
+__all__ += ["integer_sensitivity_linf", "peeling_scale_used", "peeling_selection",
+            "permute_and_flip"]
+
+_PF_NUM_MAX = 2**62  # gamma numerators (score gaps times the scale's denominator) stay below
+
+
+class _Words:
+    """Uniform 32-bit words from a JAX key, consumed on the host (as ``uint64``) in blocks.
+
+    Each block is ``jax.random.bits`` of a fresh subkey (``key, sub = split(key)``), so no key
+    is used twice; the words are used in order and each exactly once.
+    """
+
+    def __init__(self, key: jax.Array, block: int = 1 << 12) -> None:
+        self._key = key
+        self._block = block
+        self._buf = np.zeros(0, np.uint64)
+        self._pos = 0
+
+    def take(self, n: int) -> np.ndarray:
+        if self._pos + n > self._buf.size:
+            self._key, sub = jax.random.split(self._key)
+            size = max(self._block, n)
+            self._block = min(2 * self._block, 1 << 20)  # large runs: fewer, larger blocks
+            new = np.asarray(jax.random.bits(sub, (size,), jnp.uint32)).astype(np.uint64)
+            self._buf = np.concatenate([self._buf[self._pos:], new])
+            self._pos = 0
+        out = self._buf[self._pos:self._pos + n]
+        self._pos += n
+        return out
+
+
+def _uniform_below(words: _Words, m: np.ndarray) -> np.ndarray:
+    """Exactly uniform integers on ``{0, ..., m_i - 1}`` (``1 <= m_i < 2^63``), one per entry.
+
+    A 64-bit word ``u`` (two 32-bit words) is accepted when ``u >= 2^64 mod m`` (the accepted
+    words are a multiple of ``m`` in number), and then ``u mod m`` is uniform; rejected entries
+    retry with fresh words.
+    """
+    m = np.asarray(m, np.uint64)
+    out = np.zeros(m.shape, np.uint64)
+    threshold = (~m + np.uint64(1)) % m  # (2^64 - m) mod m = 2^64 mod m
+    todo = np.arange(m.size)
+    flat_m, flat_t, flat_out = m.ravel(), threshold.ravel(), out.reshape(-1)
+    while todo.size:
+        w = words.take(2 * todo.size)
+        u = (w[:todo.size] << np.uint64(32)) | w[todo.size:]
+        ok = u >= flat_t[todo]
+        flat_out[todo[ok]] = u[ok] % flat_m[todo[ok]]
+        todo = todo[~ok]
+    return out
+
+
+def _bernoulli_exp_minus_fraction(words: _Words, a: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Exact ``Bernoulli(exp(-a_i / c_i))`` for integers ``0 <= a_i <= c_i`` (CKS Algorithm 1):
+    ``K = 1``; while ``Bernoulli(a / (c K))`` succeeds, ``K += 1``; return ``[K odd]``
+    (``P(K odd) = exp(-a/c)``). Each ``Bernoulli(a / (c K))`` is ``[U < a]`` with ``U`` uniform
+    on ``{0, ..., c K - 1}``. ``P(K >= k) <= 1/(k-1)!``, so ``c K`` stays far below ``2^63``."""
+    a = np.asarray(a, np.uint64).ravel()
+    c = np.broadcast_to(np.asarray(c, np.uint64), a.shape).ravel()
+    k = np.ones(a.shape, np.uint64)
+    out = np.zeros(a.shape, bool)
+    idx = np.arange(a.size)
+    while idx.size:
+        go = _uniform_below(words, c[idx] * k[idx]) < a[idx]
+        stop = idx[~go]
+        out[stop] = (k[stop] & np.uint64(1)) == 1
+        idx = idx[go]
+        k[idx] += np.uint64(1)
+    return out
+
+
+def _bernoulli_exp_minus(words: _Words, num: np.ndarray, den: int) -> np.ndarray:
+    """Exact ``Bernoulli(exp(-gamma_i))`` for ``gamma_i = num_i / den`` (integers, ``num_i >=
+    0``, ``1 <= den < 2^40``): ``floor(gamma)`` factors ``Bernoulli(exp(-1))`` and one
+    ``Bernoulli(exp(-(gamma - floor(gamma))))``, each by CKS Algorithm 1, stopping at the
+    first failure (so a large ``gamma`` costs a few draws, not ``gamma``)."""
+    num = np.asarray(num, np.uint64).ravel()
+    whole, frac = num // np.uint64(den), num % np.uint64(den)
+    out = _bernoulli_exp_minus_fraction(words, frac, np.uint64(den))
+    left = whole.copy()
+    idx = np.flatnonzero(out & (left > 0))
+    one = np.ones(1, np.uint64)
+    while idx.size:
+        b = _bernoulli_exp_minus_fraction(words, np.broadcast_to(one, idx.shape), one)
+        out[idx[~b]] = False
+        left[idx] -= np.uint64(1)
+        idx = idx[b & (left[idx] > 0)]
+    return out
+
+
+def _scale_fraction(scale: Any) -> Fraction:
+    if isinstance(scale, Fraction):
+        b = scale
+    else:
+        f = float(np.asarray(scale))
+        if not (math.isfinite(f) and f > 0):
+            raise ValueError(f"scale must be a finite number > 0; got {f!r}")
+        b = Fraction(f)  # a float is a dyadic rational: exact
+    if b <= 0 or b.numerator >= 2**40 or b.denominator >= _PF_NUM_MAX:
+        raise ValueError(f"scale must be > 0, a rational with numerator below 2^40 and "
+                         f"denominator below 2^62; got {b}")
+    return b
+
+
+def _check_scores(scores: Any) -> np.ndarray:
+    q = np.asarray(scores)
+    if not np.issubdtype(q.dtype, np.integer):
+        raise TypeError(f"scores must be integers (grid units); got dtype {q.dtype}")
+    if q.ndim < 1 or q.shape[-1] < 1:
+        raise ValueError(f"scores must have a last axis with at least one entry; got {q.shape}")
+    q = q.astype(np.int64)
+    if q.size and np.abs(q).max() > 2**31:
+        raise ValueError("scores must lie in [-2^31, 2^31]")
+    return q
+
+
+def _pf_rows(words: _Words, q: np.ndarray, b: Fraction, excluded: np.ndarray) -> np.ndarray:
+    """Permute-and-flip on each row of ``q`` (``(rows, d)`` int64) over its non-excluded
+    entries; see :func:`permute_and_flip`."""
+    big = np.iinfo(np.int64).min
+    masked = np.where(excluded, big, q)
+    top = masked.max(axis=-1, keepdims=True)
+    gap = np.where(excluded, 0, top - q)  # >= 0 on the candidates
+    if gap.size and int(gap.max()) * b.denominator >= _PF_NUM_MAX:
+        raise ValueError("scores and scale too far apart for exact 64-bit selection: the score "
+                         "gaps times the scale's denominator must stay below 2^62")
+    num = gap.astype(np.uint64) * np.uint64(b.denominator)  # exact: below 2^62
+    cand = ~excluded
+    coins = np.zeros(q.shape, bool)
+    coins[cand] = _bernoulli_exp_minus(words, num[cand], b.numerator)
+    # The permutation is uniform and independent of the coins, so the first success in its
+    # order is uniform over the successes: draw that position directly.
+    count = coins.sum(axis=-1)  # >= 1: the best candidate's coin is Bernoulli(1)
+    pick = _uniform_below(words, count.astype(np.uint64)).astype(np.int64)
+    rank = np.cumsum(coins, axis=-1) - 1
+    return np.argmax(coins & (rank == pick[:, None]), axis=-1)
+
+
+def permute_and_flip(key: jax.Array, scores: Any, scale: Any, excluded: Any = None
+                     ) -> np.ndarray:
+    r"""Exact permute-and-flip selection (McKenna & Sheldon 2020) on integer scores.
+
+    For each row of ``scores`` (last axis: the ``d`` candidates), with ``q* = max_j q_j`` over
+    the candidates (those not ``excluded``): visit the candidates in a uniformly random order
+    and return the first ``j`` whose coin ``Bernoulli(exp(-(q* - q_j) / b))`` succeeds (the
+    best candidate's coin always does, so one is returned).
+
+    Privacy: if every score moves by at most ``Delta`` between neighbouring data sets, this is
+    ``epsilon = 2 Delta / b``-DP (McKenna & Sheldon 2020, Thm 1, with their acceptance
+    probability ``exp(epsilon (q_j - q*) / (2 Delta))``); its expected score is never below
+    that of the exponential mechanism at the same epsilon (their Thm 2).
+
+    Exactness: ``b`` is used as the exact rational of its value (a float is a dyadic rational),
+    so each coin is ``Bernoulli(exp(-gamma))`` for the rational ``gamma = (q* - q_j) / b``,
+    sampled by CKS 2020 Algorithm 1 from uniform integers obtained by rejection from 32-bit
+    words of ``jax.random.bits``. Drawing every coin and then a uniform one of the successes
+    has the same law as the sequential algorithm: the order is uniform and independent of the
+    coins, so its first success is uniform over the successes. No floating-point number is
+    sampled; the arithmetic is on NumPy integers on the host (not traceable).
+
+    Args:
+        key: a PRNG key (consumed).
+        scores: integers, shape ``(..., d)``, ``|q| <= 2^31``.
+        scale: ``b > 0``: a float (its exact dyadic value) or a :class:`fractions.Fraction`
+            (numerator below ``2^40``); score gaps times ``b``'s denominator must stay below
+            ``2^62``.
+        excluded: optional booleans, shape of ``scores``: candidates not to select (each row
+            must keep at least one).
+
+    Returns:
+        int64 indices of shape ``scores.shape[:-1]``.
+    """
+    q = _check_scores(scores)
+    b = _scale_fraction(scale)
+    ex = np.zeros(q.shape, bool) if excluded is None else np.broadcast_to(
+        np.asarray(excluded, bool), q.shape)
+    if (~ex).sum(axis=-1).min() < 1:
+        raise ValueError("every row of scores needs at least one candidate not excluded")
+    d = q.shape[-1]
+    out = _pf_rows(_Words(key), q.reshape(-1, d), b, ex.reshape(-1, d))
+    return out.reshape(q.shape[:-1])
+
+
+def peeling_selection(key: jax.Array, scores: Any, s: int, scale: Any) -> np.ndarray:
+    r"""``s`` rounds of :func:`permute_and_flip` without replacement: the support of exact
+    peeling.
+
+    Round ``i`` selects among the coordinates not yet selected with coins
+    ``Bernoulli(exp(-(q* - q_j) / b))`` (``q*`` the best remaining score), so each round is
+    ``2 Delta / b``-DP for scores of sensitivity ``Delta`` and the ``s`` rounds compose
+    adaptively (the excluded set is the public output of earlier rounds).
+
+    Args:
+        key: a PRNG key (consumed).
+        scores: integers, shape ``(d,)``.
+        s: the number of coordinates, ``1 <= s <= d``.
+        scale: ``b > 0`` (see :func:`permute_and_flip`).
+
+    Returns:
+        int64 indices, shape ``(s,)``, in order of selection (distinct).
+    """
+    q = _check_scores(scores)
+    if q.ndim != 1:
+        raise ValueError(f"scores must be a vector; got shape {q.shape}")
+    d = q.shape[0]
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 1 <= s <= d:
+        raise ValueError(f"s must be an integer in [1, {d}]; got {s!r}")
+    b = _scale_fraction(scale)
+    words = _Words(key)
+    excluded = np.zeros((1, d), bool)
+    support = np.zeros(s, np.int64)
+    for i in range(s):
+        j = int(_pf_rows(words, q[None], b, excluded)[0])
+        support[i] = j
+        excluded[0, j] = True
+    return support
+
+
+def integer_sensitivity_linf(sensitivity_linf: float, grid: float) -> int:
+    r"""l-infinity sensitivity of the rounded query: ``ceil(Delta_inf / grid)`` (exact).
+
+    Per coordinate ``|k_i - k'_i| <= ceil(|x_i - x'_i| / grid) <= ceil(Delta_inf / grid)``
+    (half-up rounding is monotone; see :func:`to_grid`), attained when one coordinate moves by
+    ``Delta_inf`` across the right half-points. Exact rational arithmetic on the float values.
+    """
+    s = Fraction(_host_scalar(sensitivity_linf, "sensitivity_linf")) / Fraction(_check_grid(grid))
+    return math.ceil(s)
+
+
+def peeling_scale_used(sensitivity_int: int, multiplier: float) -> np.float32:
+    r"""The exact peeling scale in grid units: the smallest float32 ``b >= Delta^Z *
+    multiplier`` (compared exactly), raised to ``T_MIN`` if smaller; ``Delta^Z / b <= 1 /
+    multiplier``, so the release's ratio never exceeds the floating-point path's. Raises if
+    ``b > T_MAX`` (the discrete Laplace's range: use a coarser grid)."""
+    target = Fraction(int(sensitivity_int)) * Fraction(float(multiplier))
+    b = np.float32(float(target))
+    if Fraction(float(b)) < target:
+        b = np.nextafter(b, np.float32(np.inf))
+    b = max(b, np.float32(T_MIN))
+    if not b <= T_MAX:
+        raise ValueError(
+            f"the exact peeling scale is {float(target):g} grid units (Delta^Z = "
+            f"{sensitivity_int} times the multiplier {multiplier:g}), above the discrete "
+            f"Laplace's 2^20: use a coarser grid or a larger epsilon")
+    return b

@@ -185,9 +185,11 @@ jax.tree_util.register_dataclass(
 # --------------------------------------------------------------------------------------------
 
 MechanismKind = Literal["laplace", "gaussian", "gaussian-zcdp", "noisy-ht",
-                        "discrete-laplace", "discrete-gaussian", "ldp-randomizer", "none"]
+                        "discrete-laplace", "discrete-gaussian", "ldp-randomizer", "none",
+                        "discrete-noisy-ht"]
 KINDS: tuple[str, ...] = ("laplace", "gaussian", "gaussian-zcdp", "noisy-ht",
-                          "discrete-laplace", "discrete-gaussian", "ldp-randomizer", "none")
+                          "discrete-laplace", "discrete-gaussian", "ldp-randomizer", "none",
+                          "discrete-noisy-ht")
 #: calibrations of the (epsilon, delta) Gaussian mechanism (:func:`gaussian_multiplier`)
 GAUSSIAN_CALIBRATIONS: tuple[str, ...] = ("classic-or-analytic", "analytic", "classic")
 # kinds accounted in rho-zCDP, rho = (true_sensitivity / scale)^2 / 2 (Bun & Steinke 2016;
@@ -209,7 +211,10 @@ class PrivacyEvent:
             curve whatever the calibration), ``"gaussian-zcdp"`` (calibrated for
             rho-zCDP), ``"noisy-ht"`` (peeling), ``"discrete-laplace"`` /
             ``"discrete-gaussian"`` (integer noise on a public grid,
-            :mod:`dpjax.discrete_noise`; sensitivity in grid units), ``"ldp-randomizer"``
+            :mod:`dpjax.discrete_noise`; sensitivity in grid units), ``"discrete-noisy-ht"``
+            (exact peeling on a public grid, :func:`noisy_hard_threshold` under
+            :func:`secure_noise`; l-infinity sensitivity and scale in grid units; accounted
+            like ``"noisy-ht"``), ``"ldp-randomizer"``
             (the l2-ball randomizer of :mod:`dpjax.local_randomizers`: pure epsilon-LDP for
             every input, recorded as sensitivity = its radius and scale = radius / epsilon),
             or ``"none"`` (a non-private release).
@@ -217,7 +222,8 @@ class PrivacyEvent:
         scale: the noise scale drawn (Laplace ``b``, Gaussian ``sigma``); 0 means no noise.
         true_sensitivity: the statistic's actual bound (``inf``: unbounded); the delivered
             guarantee is computed from it.
-        delta: the delta of an (epsilon, delta) Gaussian or NoisyHT calibration (0 otherwise).
+        delta: the delta of an (epsilon, delta) Gaussian or NoisyHT calibration (0 otherwise;
+            for NoisyHT, exact or not, the delta of its advanced composition).
         norm, relation: of the sensitivity (static).
         s: the number of coordinates a NoisyHT release selects (static).
         log_constant: the ``c`` of a classic Gaussian's ``log(c / delta)`` (static).
@@ -770,7 +776,9 @@ def secure_noise(grid: float | None = None):
     :func:`gaussian_mechanism_zcdp` release through :mod:`dpjax.discrete_noise`: the statistic
     is rounded to a public grid and exact integer noise is added (discrete Laplace for Laplace,
     discrete Gaussian for both Gaussian mechanisms), so no low-order bits of the output depend
-    on the data (Mironov 2012). Every other noise draw raises.
+    on the data (Mironov 2012). :func:`noisy_hard_threshold` (peeling) selects by exact
+    permute-and-flip on the rounded scores and releases with discrete Laplace noise (see its
+    docstring). Every other noise draw raises.
 
     Budgets carry over: the Laplace mechanism at ``epsilon`` becomes the discrete Laplace at
     ``epsilon`` (pure DP); a Gaussian mechanism whose scale is ``sigma`` for sensitivity
@@ -802,9 +810,9 @@ def secure_noise(grid: float | None = None):
 def _require_float_path(what: str) -> None:
     if _SECURE.get() is not None:
         raise ValueError(
-            f"secure=True: {what} has no floating-point-safe path yet (only the Laplace and "
-            "Gaussian mechanisms do; peeling's NoisyHT and raw noise draws do not); use the "
-            "default noise path for this estimator"
+            f"secure=True: {what} has no floating-point-safe path yet (only the Laplace, "
+            "Gaussian and peeling mechanisms do; raw noise draws do not); use the default "
+            "noise path for this estimator"
         )
 
 
@@ -939,6 +947,39 @@ def noisy_hard_threshold(
     l-infinity change of ``v`` (Lemma 3.1 of spec 000 / Lemma 2 of spec 003). At epsilon = inf
     the noise is exactly zero and this is :func:`hard_threshold`.
 
+    Inside :func:`secure_noise` (``secure=True`` fits) the same budget is released exactly,
+    with no floating-point noise anywhere (host integers; needs concrete values):
+
+    1. ``v`` is rounded to the public grid, ``k = to_grid(v, grid)`` (grid: the one given to
+       :func:`secure_noise`, else the largest power of two at most ``Delta_inf / 1024``,
+       coarsened while the scale below would exceed the discrete Laplace's range ``2^20``).
+       Its l-infinity sensitivity is ``Delta^Z = ceil(Delta_inf / grid)``
+       (:func:`~dpjax.discrete_noise.integer_sensitivity_linf`, exact, never below the real
+       change of ``k``), and ``|k_j|`` moves by at most ``Delta^Z``.
+    2. ``b^Z`` is the smallest float32 at least ``Delta^Z * peeling_multiplier(s, epsilon,
+       delta)`` (:func:`~dpjax.discrete_noise.peeling_scale_used`): ``Delta^Z / b^Z`` is at
+       most the floating-point path's ``Delta_inf / b``.
+    3. Each of the ``s`` rounds selects among the coordinates not yet selected by exact
+       permute-and-flip on the scores ``|k_j|`` with coins ``Bernoulli(exp(-(q* - |k_j|) /
+       b^Z))`` (:func:`~dpjax.discrete_noise.peeling_selection`): ``2 Delta^Z / b^Z``-DP
+       (McKenna & Sheldon 2020, Thm 1, at ``epsilon = 2 Delta^Z / b^Z``), the same per-round
+       epsilon as a report-noisy-max round with Laplace(``b``) noise at ``lambda / b``.
+    4. ``k_S + Z_S`` is released with ``Z ~ DLap(b^Z)`` i.i.d. (exact discrete Laplace):
+       each coordinate is ``Delta^Z / b^Z``-DP (``P(k + Z = y) / P(k' + Z = y) <=
+       exp(|k - k'| / b^Z)``), ``s Delta^Z / b^Z`` for the ``s`` together; the output is
+       ``grid * (k_S + Z_S)`` (post-processing of the exact integers).
+
+    So the exact release is the composition of ``s`` mechanisms of ``2 r``-DP and ``s`` of
+    ``r``-DP with ``r = Delta^Z / b^Z``: exactly the structure
+    :func:`dpjax.accounting.peeling_epsilon` bounds (basic or advanced composition), at a ratio
+    no larger than the floating-point path's, so it delivers at least the requested
+    ``(epsilon, delta)``. Its event is ``"discrete-noisy-ht"`` (sensitivity ``Delta^Z`` of the
+    declared bound, true sensitivity ``ceil(true / grid)``, scale ``b^Z``, grid units) and
+    the ledger accounts it by the same :func:`~dpjax.accounting.peeling_epsilon`. The only
+    inexactness is the discrete Laplace sampler's 32-bit range (an additive ``delta <
+    1e-437``, :mod:`dpjax.discrete_noise`). At epsilon = inf no noise is drawn and the result
+    is :func:`hard_threshold` of ``v`` (unrounded).
+
     Args:
         key: PRNG key; split into ``key_select`` (the s peeling rounds) and ``key_release``.
         stat: the statistic ``v`` (shape ``(d,)``) with an l-infinity sensitivity.
@@ -949,7 +990,6 @@ def noisy_hard_threshold(
         :class:`Peeled` with exactly ``s`` non-zeros, the selected support and the release's
         :class:`PrivacyEvent`.
     """
-    _require_float_path("peeling (noisy_hard_threshold)")
     _require_norm(stat, "linf", "noisy_hard_threshold")
     v = jnp.asarray(stat.value)
     if v.ndim != 1:
@@ -957,6 +997,8 @@ def noisy_hard_threshold(
     d = v.shape[0]
     if not 1 <= s <= d:
         raise ValueError(f"s must be an integer in [1, {d}]; got {s}")
+    if _SECURE.get() is not None:
+        return _secure_peeling(key, stat, s, epsilon, delta)
     b = peeling_scale(stat.sensitivity, s, epsilon, delta)
     key_select, key_release = jax.random.split(key)
     selection_noise = laplace_noise(key_select, (s, d), b, v.dtype)
@@ -974,6 +1016,62 @@ def noisy_hard_threshold(
     released = v + laplace_noise(key_release, (d,), b, v.dtype)
     event = _event("noisy-ht", stat, b, delta, s)
     return Peeled(jnp.where(mask, released, jnp.zeros_like(v)), support, event)
+
+
+def _peeling_grid(sensitivity: float, multiplier: float) -> float:
+    """The automatic grid of exact peeling: ``Delta_inf / grid`` in ``[D, 2 D)`` with
+    ``D = min(1024, 2^18 / multiplier)`` (rounding adds at most 1/1024 to the sensitivity, and
+    the scale ``ceil(Delta_inf / grid) * multiplier`` stays below the sampler's ``2^20``)."""
+    target = min(1024.0, 2.0**18 / multiplier)
+    e = math.floor(math.log2(sensitivity / target))
+    return 2.0 ** min(max(e, -64), 64)
+
+
+def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any,
+                    delta: Any) -> Peeled:
+    """:func:`noisy_hard_threshold` inside :func:`secure_noise` (see its docstring)."""
+    from dpjax import discrete_noise as dn
+
+    try:
+        sens, true = float(stat.sensitivity), float(stat.true)
+        eps, dl = float(epsilon), float(delta)
+    except jax.errors.ConcretizationTypeError:
+        raise ValueError(
+            "secure=True needs concrete values: fit one data set with dpjax.fit(..., "
+            "secure=True) (run eagerly); jitted or vmapped sweeps use the fast path"
+        ) from None
+    if not (math.isfinite(sens) and sens > 0):
+        raise ValueError(f"secure=True needs a finite positive sensitivity; got {sens:g} "
+                         "(a private fit: finite epsilon, finite clipping)")
+    if not (eps > 0 and 0 < dl < 1):
+        raise ValueError(f"peeling needs epsilon > 0 and delta in (0, 1); got epsilon = "
+                         f"{eps:g}, delta = {dl:g}")
+    v = jnp.asarray(stat.value)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    multiplier = float(peeling_multiplier(s, np.float64(eps), np.float64(dl)))
+    if multiplier == 0.0:  # epsilon = inf: no noise, exact top-s of v
+        top = hard_threshold(v, s)
+        event = PrivacyEvent("discrete-noisy-ht", f32(sens), f32(0.0), f32(true), f32(dl),
+                             "linf", stat.relation, s)
+        return Peeled(top.value, top.support, event)
+    grid = _SECURE.get()
+    grid = _peeling_grid(sens, multiplier) if grid == "auto" else grid
+    sens_int = dn.integer_sensitivity_linf(sens, grid)
+    dn._check_sensitivity_int(sens_int, "l-infinity sensitivity")
+    true_int = dn.integer_sensitivity_linf(true, grid) if math.isfinite(true) else math.inf
+    b = dn.peeling_scale_used(sens_int, multiplier)
+    key_select, key_release = jax.random.split(key)
+    k = np.asarray(dn.to_grid(v, grid), np.int64)
+    support = dn.peeling_selection(key_select, np.abs(k), s, b)
+    z = np.asarray(dn.discrete_laplace(key_release, (s,), b), np.int64)
+    out_dtype = jnp.asarray(0.0).dtype  # float64 under x64, else float32
+    # grid * (exact integer k_S + Z): post-processing of the exact release
+    released = np.zeros(v.shape, np.float64)
+    released[support] = (k[support] + z).astype(np.float64) * grid
+    value = jnp.asarray(released.astype(out_dtype)).astype(v.dtype)
+    event = PrivacyEvent("discrete-noisy-ht", f32(sens_int), f32(b), f32(true_int), f32(dl),
+                         "linf", stat.relation, s)
+    return Peeled(value, jnp.asarray(support, jnp.int32), event)
 
 
 # --------------------------------------------------------------------------------------------

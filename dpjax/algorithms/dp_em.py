@@ -375,8 +375,11 @@ def fit_hd_dp_em(
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
             :func:`dpjax._validate.check_on_invalid`).
         secure: the floating-point-safe noise path for a real release (see
-            :func:`dpjax.fit`); not available with peeling (this estimator raises), available
-            for :func:`fit_ld_dp_em`.
+            :func:`dpjax.fit`): each peeling step rounds its statistic to a public grid,
+            selects by exact permute-and-flip and releases with exact discrete Laplace noise,
+            at the same composition of its rounds (see
+            :func:`dpjax.mechanisms.noisy_hard_threshold`); the ledger's releases are
+            ``"discrete-noisy-ht"``.
 
     Returns:
         :class:`FitResult` with the estimate, the iterates, and the privacy ledger:

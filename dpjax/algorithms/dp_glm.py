@@ -581,7 +581,9 @@ def fit_sparse_dp_glm(
     the paper's simulations use twice the true sparsity) and no calibration choice. ``beta0``
     must have at most ``s`` non-zeros. x is clipped to the box ``[-sigma_x, sigma_x]^d``. The
     result is (epsilon, delta)-DP (replace-one) by basic composition of ``T`` NoisyHT steps at
-    ``(epsilon/T, delta/T)``. ``secure=True`` raises: peeling has no floating-point-safe path.
+    ``(epsilon/T, delta/T)``. ``secure=True`` releases each step by exact peeling (public
+    grid, exact permute-and-flip selection, discrete Laplace values; the same composition, see
+    :func:`dpjax.mechanisms.noisy_hard_threshold`).
     """
     key, data, n, T, eps, delta, eta, R, beta0, b, s = _prepare(
         key, data, model, epsilon, num_iterations, s=s, delta=delta, eta=eta,
