@@ -336,8 +336,8 @@ def _secure_ledger(estimator, n, hparams, events, grid):
     else:
         composition = "zcdp" if any(e.kind == "discrete-gaussian" for e in events) else "basic"
     delta = float(np.asarray(getattr(hparams, "delta", 1.0 / (2.0 * n))))
-    grid_note = "per release, the largest power of two <= Delta/(64 sqrt(d))" if grid is None \
-        else f"{grid:g}"
+    grid_note = ("per release, the largest power of two <= Delta/(64 sqrt(d)); peeling: "
+                 "<= Delta_inf/1024, coarser if its scale needs") if grid is None else f"{grid:g}"
     notes = [f"floating-point-safe path: integer noise on a public grid ({grid_note}); the "
              "sensitivities are of the rounded statistics, in grid units"]
     return Ledger.build(estimator.name, releases, composition, relation="local" if local

@@ -794,7 +794,8 @@ def secure_noise(grid: float | None = None):
     Args:
         grid: the public grid step, a power of two; ``None``: per release, the largest power of
             two at most ``Delta / (64 sqrt(d))`` (rounding then adds at most ~1.6% to the
-            l2 sensitivity).
+            l2 sensitivity); for peeling, at most ``Delta_inf / 1024``, coarser where the
+            scale would leave the discrete Laplace's range (see :func:`noisy_hard_threshold`).
     """
     if grid is not None:
         from dpjax import discrete_noise
