@@ -1048,11 +1048,13 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
         raise ValueError(f"peeling needs epsilon > 0 and delta in (0, 1); got epsilon = "
                          f"{eps:g}, delta = {dl:g}")
     v = jnp.asarray(stat.value)
-    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    # float32 (float64 under x64), as the float path's events: Delta^Z <= 2^24 and b^Z (a
+    # float32) are exact in both
+    fl = lambda x: jnp.asarray(x, jnp.result_type(float))  # noqa: E731
     multiplier = float(peeling_multiplier(s, np.float64(eps), np.float64(dl)))
     if multiplier == 0.0:  # epsilon = inf: no noise, exact top-s of v
         top = hard_threshold(v, s)
-        event = PrivacyEvent("discrete-noisy-ht", f32(sens), f32(0.0), f32(true), f32(dl),
+        event = PrivacyEvent("discrete-noisy-ht", fl(sens), fl(0.0), fl(true), fl(dl),
                              "linf", stat.relation, s)
         return Peeled(top.value, top.support, event)
     grid = _SECURE.get()
@@ -1060,6 +1062,9 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
     sens_int = dn.integer_sensitivity_linf(sens, grid)
     dn._check_sensitivity_int(sens_int, "l-infinity sensitivity")
     true_int = dn.integer_sensitivity_linf(true, grid) if math.isfinite(true) else math.inf
+    true_f32 = np.float32(true_int)
+    if float(true_f32) < true_int:  # above 2^24: round up, never below the true bound
+        true_f32 = np.nextafter(true_f32, np.float32(np.inf))
     b = dn.peeling_scale_used(sens_int, multiplier)
     key_select, key_release = jax.random.split(key)
     k = np.asarray(dn.to_grid(v, grid), np.int64)
@@ -1070,7 +1075,7 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
     released = np.zeros(v.shape, np.float64)
     released[support] = (k[support] + z).astype(np.float64) * grid
     value = jnp.asarray(released.astype(out_dtype)).astype(v.dtype)
-    event = PrivacyEvent("discrete-noisy-ht", f32(sens_int), f32(b), f32(true_int), f32(dl),
+    event = PrivacyEvent("discrete-noisy-ht", fl(sens_int), fl(b), fl(true_f32), fl(dl),
                          "linf", stat.relation, s)
     return Peeled(value, jnp.asarray(support, jnp.int32), event)
 

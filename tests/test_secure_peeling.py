@@ -180,6 +180,16 @@ def test_a_fixed_key_gives_the_same_release():
     assert len(set(np.asarray(a.support).tolist())) == 5
 
 
+def test_a_grid_the_exact_sampler_cannot_serve_is_refused(key):
+    v = np.zeros(10)
+    with M.secure_noise(2.0**-40):  # Delta^Z = 2^40: beyond the exact integer range
+        with pytest.raises(ValueError, match="grid is too fine"):
+            M.noisy_hard_threshold(key, _stat(v, 1.0), 2, 1.0, 1e-5)
+    with M.secure_noise(2.0**-20):  # Delta^Z = 2^20 times a multiplier > 1: above 2^20
+        with pytest.raises(ValueError, match="above the discrete Laplace's 2\\^20"):
+            M.noisy_hard_threshold(key, _stat(v, 1.0), 2, 1.0, 1e-5)
+
+
 def test_at_epsilon_inf_secure_peeling_is_exact_top_s(key):
     v = np.random.default_rng(2).normal(size=30).astype(np.float32)
     with M.secure_noise():
