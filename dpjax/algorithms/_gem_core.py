@@ -33,6 +33,14 @@ def eps_tilde(epsilon: Any, delta: Any) -> jax.Array:
 
     ``rho = eps_tilde^2`` is the largest zCDP budget whose Bun-Steinke conversion gives
     ``epsilon`` at ``delta``.
+
+    Examples:
+        >>> from dpjax.accounting import zcdp_to_approx_dp
+        >>> rho = float(eps_tilde(1.0, 1e-5)) ** 2
+        >>> round(zcdp_to_approx_dp(rho, 1e-5, method="bun-steinke").epsilon, 5)
+        1.0
+        >>> float(eps_tilde(float("inf"), 1e-5))
+        inf
     """
     eps = jnp.asarray(epsilon)
     log_d = jnp.log(1.0 / jnp.asarray(delta, eps.dtype))

@@ -73,7 +73,12 @@ class LDPGEMState(NamedTuple):
 
 def ldp_user_groups(n: int, num_iterations: int) -> tuple[int, ...]:
     """The public group sizes of :func:`ldp_gem`: ``T`` consecutive index blocks of
-    ``floor(n/T)`` users, the remainder ``n mod T`` joining the last block (no user dropped)."""
+    ``floor(n/T)`` users, the remainder ``n mod T`` joining the last block (no user dropped).
+
+    Examples:
+        >>> ldp_user_groups(303, 5)
+        (60, 60, 60, 60, 63)
+    """
     n = _validate.check_int_in_range(n, "n", 1)
     num_iterations = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     if n < num_iterations:
