@@ -345,44 +345,78 @@ def reproduce(
         raise ConfigError(f"--z must be > 0; got {z}")
     plans = plan_all(list(experiments), reports, only)
     todo = [p for p in plans if p.skip is None]
-    errors: dict[str, str] = {}
-    timings: dict[str, Any] = {}
-    timing_file = out / "reproduction.json"
-    if timing_file.is_file():  # a resumed run keeps the times of the first
-        try:
-            timings = json.loads(timing_file.read_text()).get("experiments", {})
-        except (OSError, ValueError):
-            timings = {}
     for p in plans:
         if p.skip is not None:
             echo(f"skip {p.name}: {p.skip}")
+    errors: dict[str, str] = {}
     if not compare_only:
-        out.mkdir(parents=True, exist_ok=True)
-        start = time.perf_counter()
-        for i, p in enumerate(todo, 1):
-            head = f"[{i}/{len(todo)}] {p.name}"
-            what = (f"reps {p.reps if p.reps is not None else 'default'}, seed {p.seed}"
-                    f"{', quick' if p.quick else ''}; settings from {p.source}")
-            _log(f"{head}: {what}")
-            try:
-                info = (_run_isolated(p, out / p.name, progress, run_kwargs, cpu_devices)
-                        if isolate else
-                        _run_one(experiments[p.name], p, out / p.name, progress, run_kwargs))
-            except Exception as exc:  # one failed study does not stop the others
-                errors[p.name] = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-                _log(f"{head}: FAILED ({errors[p.name]})")
-                continue
-            total = time.perf_counter() - start
-            _log(f"{head}: done in {info['seconds']:.1f} s (elapsed {total:.0f} s)")
-            if p.fingerprint and info["fingerprint"] != p.fingerprint:
-                echo(f"note: {p.name}: the study's fingerprint {info['fingerprint']} is not "
-                     f"the committed run's {p.fingerprint} (its settings or keys changed)")
-            timings[p.name] = timings.get(p.name, {}) | {"last_seconds": info["seconds"]}
-            timings[p.name].setdefault("first_seconds", info["seconds"])
-            if "process_seconds" in info:  # the whole process: import, compile, study, files
-                timings[p.name]["last_process_seconds"] = info["process_seconds"]
-                timings[p.name].setdefault("first_process_seconds", info["process_seconds"])
-            results.write_json(timing_file, {"experiments": timings})
+
+        def run(p: Plan) -> dict[str, Any]:
+            return (_run_isolated(p, out / p.name, progress, run_kwargs, cpu_devices)
+                    if isolate else
+                    _run_one(experiments[p.name], p, out / p.name, progress, run_kwargs))
+
+        _run_studies(todo, run, out, echo, errors)
+    rows = _compare_all(todo, experiments, out, z, rtol, atol, echo, errors)
+    return _write_comparison(out, rows, errors, echo)
+
+
+def _run_studies(todo: Sequence[Plan], run: Callable[[Plan], dict[str, Any]], out: Path,
+                 echo: Callable[[str], None], errors: dict[str, str]) -> None:
+    """Run the planned studies one after another (``run(plan)`` returns its info); a failed
+    study's error goes to ``errors`` and does not stop the others. The times go to
+    ``out/reproduction.json`` after each study (:func:`_record_time`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    timing_file = out / "reproduction.json"
+    timings = _read_timings(timing_file)
+    start = time.perf_counter()
+    for i, p in enumerate(todo, 1):
+        head = f"[{i}/{len(todo)}] {p.name}"
+        what = (f"reps {p.reps if p.reps is not None else 'default'}, seed {p.seed}"
+                f"{', quick' if p.quick else ''}; settings from {p.source}")
+        _log(f"{head}: {what}")
+        try:
+            info = run(p)
+        except Exception as exc:  # one failed study does not stop the others
+            errors[p.name] = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            _log(f"{head}: FAILED ({errors[p.name]})")
+            continue
+        total = time.perf_counter() - start
+        _log(f"{head}: done in {info['seconds']:.1f} s (elapsed {total:.0f} s)")
+        if p.fingerprint and info["fingerprint"] != p.fingerprint:
+            echo(f"note: {p.name}: the study's fingerprint {info['fingerprint']} is not "
+                 f"the committed run's {p.fingerprint} (its settings or keys changed)")
+        _record_time(timings, p.name, info)
+        results.write_json(timing_file, {"experiments": timings})
+
+
+def _read_timings(timing_file: Path) -> dict[str, Any]:
+    """The times an earlier run into the same folder recorded (a resumed run keeps the times
+    of the first); empty when there are none or they cannot be read."""
+    if not timing_file.is_file():
+        return {}
+    try:
+        return json.loads(timing_file.read_text()).get("experiments", {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _record_time(timings: dict[str, Any], name: str, info: Mapping[str, Any]) -> None:
+    """A study's time into ``timings``: the last run's and, kept from the first, the first's
+    (the study's seconds; with ``isolate``, the whole process's too)."""
+    timings[name] = timings.get(name, {}) | {"last_seconds": info["seconds"]}
+    timings[name].setdefault("first_seconds", info["seconds"])
+    if "process_seconds" in info:  # the whole process: import, compile, study, files
+        timings[name]["last_process_seconds"] = info["process_seconds"]
+        timings[name].setdefault("first_process_seconds", info["process_seconds"])
+
+
+def _compare_all(todo: Sequence[Plan], experiments: Mapping[str, Experiment], out: Path,
+                 z: float, rtol: float, atol: float, echo: Callable[[str], None],
+                 errors: dict[str, str]) -> list[dict[str, Any]]:
+    """Compare each regenerated ``out/NAME/summary.csv`` with the committed one
+    (:func:`compare_summaries`) and print what moved; the rows of every compared value. A
+    study that failed is left out; a missing regenerated summary goes to ``errors``."""
     rows: list[dict[str, Any]] = []
     for p in todo:
         if p.name in errors:
@@ -403,6 +437,12 @@ def reproduce(
             f"all within {z:g} s.e. (+ float tolerance)" if not bad else f"{len(bad)} moved"))
         for r in bad:
             echo(f"  {_describe(r)}")
+    return rows
+
+
+def _write_comparison(out: Path, rows: list[dict[str, Any]], errors: Mapping[str, str],
+                      echo: Callable[[str], None]) -> int:
+    """``out/comparison.csv``, the summary line and the errors; the exit status (1 if any)."""
     out.mkdir(parents=True, exist_ok=True)
     results.write_csv(out / "comparison.csv", rows, columns=[
         "experiment", "key", "metric", "old", "new", "diff", "se_units", "status"])

@@ -109,7 +109,7 @@ def _problems():
         "dp_gem.fit_dp_gem": ((KEY, gmm_data, gmm), dict(epsilon=1.0, tau=2.0, **em), 200),
         "dp_gem.fit_dp_exact_em": ((KEY, gmm_data, gmm), dict(epsilon=1.0, tau=2.0, **em), 200),
         "dp_gem.fit_clipped_gem": ((KEY, gmm_data, gmm), dict(epsilon=1.0, **em), 200),
-        "dp_gem.fit_ldp_gem": ((KEY, gmm_data, gmm), dict(epsilon=1.0, tau=2.0, **em), 200),
+        "ldp_gem.fit_ldp_gem": ((KEY, gmm_data, gmm), dict(epsilon=1.0, tau=2.0, **em), 200),
         "dp_glm.fit_dp_glm": ((KEY, glm_data, glm), dict(epsilon=1.0, num_iterations=2), 200),
         "dp_glm.fit_sparse_dp_glm": ((KEY, glm_data, glm),
                                      dict(epsilon=1.0, s=2, num_iterations=2), 200),
@@ -130,7 +130,7 @@ NOT_DP_AS_CLAIMED = {"dp_iv.fit_dp_2s_gd_beta_only"}
 
 def test_discovery_finds_every_family_and_every_fit_has_a_tiny_problem():
     assert {name.split(".")[0] for name in FITS} == {"dp_em", "dp_gem", "dp_glm", "dp_iv",
-                                                      "ldp_sparse"}
+                                                      "ldp_gem", "ldp_sparse"}
     assert set(FITS) == set(PROBLEMS), "give every public fit_* a tiny problem in PROBLEMS"
     assert "dpjax.algorithms._boundary" not in {f.__module__ for f in FITS.values()}
 

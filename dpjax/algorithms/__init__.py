@@ -1,5 +1,9 @@
-"""Estimators, one module per paper family (init / step / run, plus a ``fit`` convenience API)."""
+"""Estimators, one module per family (init / step / run, plus a ``fit`` convenience API): a
+paper's algorithms share a module (``dp_em``, ``dp_gem``, ``dp_glm``, ``dp_iv``,
+``ldp_sparse``), and an estimator of ours that goes beyond its paper has its own (``ldp_gem``,
+the local-DP gradient EM, whose names ``dp_gem`` re-exports). Modules named ``_*`` hold what
+several of them share (the fits' argument checks, the gradient EM's common pieces)."""
 
-from dpjax.algorithms import dp_em, dp_gem, dp_glm, dp_iv, ldp_sparse
+from dpjax.algorithms import dp_em, dp_gem, dp_glm, dp_iv, ldp_gem, ldp_sparse
 
-__all__ = ["dp_em", "dp_gem", "dp_glm", "dp_iv", "ldp_sparse"]
+__all__ = ["dp_em", "dp_gem", "dp_glm", "dp_iv", "ldp_gem", "ldp_sparse"]

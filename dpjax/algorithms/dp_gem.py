@@ -45,10 +45,8 @@ spec 002 A10: the faithful version), for every model of :mod:`dpjax.models` that
   calibration: noise std ``(2C/n) sqrt(T / (2 eps~^2))``), then ``beta + eta * release``.
 
 * :func:`ldp_gem` -- **local-DP gradient EM, ours** (not in the paper, whose local-DP result
-  covers the 1-D mean only): the users are split into ``T`` disjoint groups, each user of group
-  ``t`` releases its ``d``-vector of ``psi``-scored gradients at the public iterate once, with
-  its own Gaussian noise calibrated to the vector's l2 range for ``(epsilon, delta)``-LDP, and
-  the server steps along the group's average. Its ledger states each user's local guarantee.
+  covers the 1-D mean only), in its own module :mod:`dpjax.algorithms.ldp_gem`; its public
+  names are re-exported here.
 
 Privacy of Algorithms 1-3 (replace-one; :func:`ldp_gem` is local, see there): every release
 is a Gaussian mechanism on a statistic whose sensitivity holds for every input (``psi`` is
@@ -65,8 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -74,18 +71,36 @@ import numpy as np
 
 from dpjax import _validate, registry
 from dpjax.accounting import ApproxDP, Ledger, Release
-from dpjax.algorithms._boundary import check_model, checked_inputs
+from dpjax.algorithms._gem_core import (
+    S_RULES,
+    GEMInfo,
+    SRule,
+    _checked,
+    _example_problem,
+    _f32,
+    _robust_fields,
+    eps_tilde,
+)
+from dpjax.algorithms.ldp_gem import (
+    LDP_S_RULES,
+    LDPGEMHyperparams,
+    LDPGEMState,
+    LDPSRule,  # noqa: F401 (re-exported: importable from here as before)
+    fit_ldp_gem,
+    ldp_gem,
+    ldp_smoothing_parameters,
+    ldp_user_groups,
+    local_gradient_scores,
+)
 from dpjax.base import Estimator, FitResult, fit
 from dpjax.mechanisms import (
-    BoundedStatistic,
     PrivacyEvent,
     bounded_mean,
     clip_l2,
     gaussian_mechanism_zcdp,
-    local_mechanism,
 )
 from dpjax.models.protocol import EMModel
-from dpjax.robust_mean import PHI_MAX, local_scores, robust_mean_statistic
+from dpjax.robust_mean import robust_mean_statistic
 
 __all__ = [
     "ClippedGEMHyperparams",
@@ -111,9 +126,6 @@ __all__ = [
     "local_gradient_scores",
     "smoothing_parameters",
 ]
-
-SRule = Literal["sigma_consistent", "alg2_literal", "alg3_literal", "thm2", "explicit"]
-S_RULES: tuple[str, ...] = ("sigma_consistent", "alg2_literal", "alg3_literal", "thm2", "explicit")
 
 
 class DPGEMHyperparams(NamedTuple):
@@ -148,26 +160,6 @@ class ClippedGEMHyperparams(NamedTuple):
 
 class GEMState(NamedTuple):
     beta: jax.Array  # (d,) current iterate
-
-
-class GEMInfo(NamedTuple):
-    noise_scale: jax.Array  # () Gaussian sigma per coordinate (0 at epsilon = inf)
-    s: jax.Array  # () truncation scale used (Algorithm 2) or the clip norm C (Algorithm 1)
-    events: tuple[PrivacyEvent, ...]  # Alg 2: one per coordinate (d); Alg 1: one
-
-
-def eps_tilde(epsilon: Any, delta: Any) -> jax.Array:
-    """``sqrt(log(1/delta) + eps) - sqrt(log(1/delta))`` (spec 002 A2), stably; inf at inf.
-
-    ``rho = eps_tilde^2`` is the largest zCDP budget whose Bun-Steinke conversion gives
-    ``epsilon`` at ``delta``.
-    """
-    eps = jnp.asarray(epsilon)
-    log_d = jnp.log(1.0 / jnp.asarray(delta, eps.dtype))
-    finite = jnp.isfinite(eps)
-    eps_f = jnp.where(finite, eps, jnp.ones_like(eps))
-    val = eps_f / (jnp.sqrt(log_d + eps_f) + jnp.sqrt(log_d))
-    return jnp.where(finite, val, jnp.full_like(val, jnp.inf))
 
 
 def smoothing_parameters(
@@ -322,207 +314,6 @@ def clipped_gem(model: EMModel, num_iterations: int) -> Estimator:
 
 
 # --------------------------------------------------------------------------------------------
-# Local-DP gradient EM (ours: beyond the paper, whose local-DP result covers the 1-D mean only)
-# --------------------------------------------------------------------------------------------
-
-LDPSRule = Literal["ldp", "explicit"]
-LDP_S_RULES: tuple[str, ...] = ("ldp", "explicit")
-
-
-class LDPGEMHyperparams(NamedTuple):
-    """Swept hyperparameters of the local-DP gradient EM (:func:`ldp_gem`)."""
-
-    epsilon: jax.Array  # () each user's budget (one release per user); inf: non-private
-    delta: jax.Array  # () each user's delta
-    eta: jax.Array  # () step size
-    tau: jax.Array  # () public bound on the per-coordinate second moment of grad q_i
-    zeta: jax.Array  # () failure probability (sets beta_s)
-    s: jax.Array  # () truncation scale; read only with s_rule="explicit" (else NaN)
-
-
-class LDPGEMState(NamedTuple):
-    beta: jax.Array  # (d,) current iterate (public: built from earlier groups' releases)
-    t: jax.Array  # () int32, the user group of the next step
-
-
-def ldp_user_groups(n: int, num_iterations: int) -> tuple[int, ...]:
-    """The public group sizes of :func:`ldp_gem`: ``T`` consecutive index blocks of
-    ``floor(n/T)`` users, the remainder ``n mod T`` joining the last block (no user dropped)."""
-    n = _validate.check_int_in_range(n, "n", 1)
-    num_iterations = _validate.check_int_in_range(num_iterations, "num_iterations", 1)
-    if n < num_iterations:
-        raise ValueError(f"n = {n} users cannot form num_iterations = {num_iterations} "
-                         "non-empty groups")
-    m0 = n // num_iterations
-    return (m0,) * (num_iterations - 1) + (m0 + n % num_iterations,)
-
-
-def ldp_smoothing_parameters(s_rule: LDPSRule, m: int, d: int, hp: LDPGEMHyperparams
-                             ) -> tuple[jax.Array, jax.Array]:
-    r"""``(s, beta_s)`` of the local-DP gradient EM for groups of ``m`` users in dimension ``d``.
-
-    ``beta_s = sqrt(log(d / zeta))`` (as Algorithm 2) and, for ``s_rule="ldp"`` (default),
-    ``s = sqrt(sqrt(m) tau eps~) / (2 beta_s)``: Algorithm 2's sigma-consistent rule with
-    ``n`` replaced by ``sqrt(m)``, the substitution spec 002 A5 makes for the local 1-D mean
-    (the server averages ``m`` independent user noises, so the noise in the average falls like
-    ``s / (eps~ sqrt(m))`` instead of ``s / (eps~ n)``; balancing it against the truncation
-    bias ``tau / s`` gives ``s ~ (m tau^2 eps~^2)^(1/4)``). Ours, not the paper's.
-    ``s_rule="explicit"`` reads ``hp.s``. ``epsilon = inf`` gives ``s = inf`` with ``"ldp"``.
-    """
-    et = eps_tilde(hp.epsilon, hp.delta)
-    dtype = et.dtype
-    beta_s = jnp.sqrt(jnp.log(d / jnp.asarray(hp.zeta, dtype)))
-    if s_rule == "ldp":
-        s = jnp.sqrt(math.sqrt(m) * jnp.asarray(hp.tau, dtype) * et) / (2.0 * beta_s)
-    elif s_rule == "explicit":
-        s = jnp.asarray(hp.s, dtype)
-    else:
-        raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
-    return s, beta_s
-
-
-def local_gradient_scores(model: EMModel, beta: jax.Array, data: Any, s: Any, beta_s: Any
-                          ) -> BoundedStatistic:
-    r"""Every user's coordinate-wise robust gradient, ready for a local mechanism.
-
-    Row ``i`` is the ``d``-vector :math:`(\psi_{s,\beta_s}(\nabla_j q_i(\beta;\beta)))_j` of
-    user ``i`` (:func:`dpjax.robust_mean.local_scores` of the per-sample gradients), with
-    relation ``"local"`` and the l2 range of one user's vector,
-    ``sqrt(d) (4 sqrt2 / 3) s`` (each coordinate lies in ``[-2 sqrt2 s/3, 2 sqrt2 s/3]`` whatever
-    the record: ``psi`` is clamped and maps NaN to 0).
-    """
-    return local_scores(model.per_sample_gradients(beta, data), s, beta_s)
-
-
-def _user_group(data: Any, t: jax.Array, num_iterations: int, n: int):
-    """Group ``t`` of :func:`ldp_user_groups` as ``m_max = floor(n/T) + n mod T`` rows from
-    ``t floor(n/T)``, with its validity mask and size (rows past the group, only for
-    ``t < T - 1``, belong to the next group and are masked out)."""
-    m0 = n // num_iterations
-    m_max = m0 + n % num_iterations
-    start = t * m0
-    batch = jax.tree_util.tree_map(
-        lambda x: jax.lax.dynamic_slice_in_dim(x, start, m_max), data)
-    size = jnp.where(t == num_iterations - 1, m_max, m0)
-    return batch, jnp.arange(m_max) < size, size
-
-
-def _make_ldp_step(model: EMModel, num_iterations: int, s_rule: LDPSRule, batching: str):
-    def step(key, state: LDPGEMState, data, hp: LDPGEMHyperparams):
-        beta = state.beta
-        n, d = model.num_records(data), beta.shape[0]
-        if batching == "disjoint":  # data is this round's group already
-            batch, valid, size, m = data, jnp.ones((n,), bool), jnp.asarray(n), n
-        else:
-            if n < num_iterations:
-                raise ValueError(f"n = {n} users cannot form num_iterations = "
-                                 f"{num_iterations} non-empty groups")
-            batch, valid, size = _user_group(data, state.t, num_iterations, n)
-            m = n // num_iterations
-        s, beta_s = ldp_smoothing_parameters(s_rule, m, d, hp)
-        # each user releases once: the whole per-user budget rho = eps~^2 on this one report
-        rho = jnp.square(eps_tilde(hp.epsilon, hp.delta))
-        reports, ev = local_mechanism(key, local_gradient_scores(model, beta, batch, s, beta_s),
-                                      gaussian_mechanism_zcdp, rho)
-        reports = jnp.where(valid[:, None], reports.astype(beta.dtype), 0.0)
-        g = jnp.sum(reports, axis=0) / size.astype(beta.dtype)  # a public group size
-        new = beta + jnp.asarray(hp.eta, beta.dtype) * g
-        return (LDPGEMState(new, state.t + 1),
-                GEMInfo(ev.scale.astype(beta.dtype), s.astype(beta.dtype), (ev,)))
-
-    return step
-
-
-def _ldp_init(beta0: Any) -> LDPGEMState:
-    return LDPGEMState(jnp.asarray(beta0, dtype=jnp.result_type(float)),
-                       jnp.zeros((), jnp.int32))
-
-
-@functools.lru_cache(maxsize=512)
-def ldp_gem(model: EMModel, num_iterations: int, s_rule: LDPSRule = "ldp",
-            batching: Literal["full", "disjoint"] = "full") -> Estimator:
-    r"""Local-DP gradient EM (**ours**: beyond the paper, whose local-DP result, App F, covers
-    the 1-D mean only; issue 13 item 7).
-
-    The ``n`` users are split into ``T`` disjoint groups of consecutive indices
-    (:func:`ldp_user_groups`: ``floor(n/T)`` users each, the remainder ``n mod T`` joining the
-    last group, so no user is dropped). In round ``t`` the server publishes ``beta^{t-1}``;
-    every user ``i`` of group ``t`` computes the coordinate-wise score vector
-    ``psi_{s,beta_s}(grad q_i(beta^{t-1}; beta^{t-1}))`` (:func:`local_gradient_scores`) and
-    releases it once, with its own Gaussian noise:
-
-    .. math::
-
-        r_i = \big(\psi_{s,\beta_s}(\nabla_j q_i(\beta^{t-1};\beta^{t-1}))\big)_{j \le d}
-              + N(0, \sigma_{loc}^2 I_d), \qquad
-        \sigma_{loc} = \frac{\sqrt d\,(4\sqrt2/3)\, s}{\sqrt{2\rho}}, \quad
-        \rho = \tilde\varepsilon^2,
-
-    and the server steps :math:`\beta^t = \beta^{t-1} + \eta\, \frac{1}{|G_t|}\sum_{i\in G_t}
-    r_i` (``|G_t|`` public). ``s`` from :func:`ldp_smoothing_parameters` with ``m =
-    floor(n/T)`` (the same ``s`` in every round), ``beta_s = sqrt(log(d/zeta))``.
-
-    Privacy (local relation: one user's record replaced by any other): each report is a
-    Gaussian mechanism on a vector whose l2 range is ``sqrt(d) (4 sqrt2/3) s`` for every record
-    (``psi`` is clamped), calibrated for ``rho = eps~^2``-zCDP, which the Bun-Steinke conversion
-    turns into exactly ``(epsilon, delta)``; each user releases once and the iterate it sees is
-    post-processing of the other groups' reports, so every user's guarantee is
-    ``(epsilon, delta)``-LDP (sequentially interactive), with no composition across users or
-    rounds. The zCDP calibration is valid for every ``epsilon > 0`` (unlike the classic one of
-    the paper's Thm 8, proven for ``epsilon <= 1``), and matches Algorithm 2's accounting, so the
-    two compare at the same ``(epsilon, delta)``. ``epsilon = inf``: no noise and (with
-    ``s_rule="ldp"``) ``s = inf``, i.e. non-private minibatch gradient EM on the same groups.
-
-    Args:
-        model: a model with ``per_sample_gradients`` (hashable, bound statically).
-        num_iterations: ``T``, the number of rounds = user groups (static).
-        s_rule: ``"ldp"`` (default) or ``"explicit"`` (``hparams.s``).
-        batching: ``"full"`` (default): the data set of all ``n`` users; round ``t`` slices its
-            group inside the step (the remainder joins the last group: no user dropped).
-            ``"disjoint"``: step ``t`` receives its group as the batch
-            (:func:`dpjax.base.split_batches`, which keeps ``T floor(n/T)`` users, or a streamed
-            ``batch(t)``, as in the sweep engine); equal groups, ``s`` from the batch size.
-    """
-    _validate.check_int_in_range(num_iterations, "num_iterations", 1)
-    if s_rule not in LDP_S_RULES:
-        raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
-    if batching not in ("full", "disjoint"):
-        raise ValueError(f"batching must be 'full' or 'disjoint'; got {batching!r}")
-    name = f"ldp-gem/{model.name}"
-    ledger_fn = functools.partial(_ldp_ledger, name, model, num_iterations, s_rule)
-    return Estimator(name, _ldp_init, _make_ldp_step(model, num_iterations, s_rule, batching),
-                     num_iterations, batching, ledger_fn)
-
-
-def _ldp_ledger(name: str, model: EMModel, num_iterations: int, s_rule: str, n: int, hparams: Any,
-                events: tuple[PrivacyEvent, ...]) -> Ledger:
-    """Each user's guarantee: the one report of that user (the ``T`` stacked events are the
-    ``T`` groups' reports, one event per round standing for every user of its group), composed
-    in parallel (disjoint users) and converted from zCDP by Bun-Steinke."""
-    (ev,) = events
-    eps = float(np.asarray(hparams.epsilon))
-    delta = float(np.asarray(hparams.delta))
-    sizes = ldp_user_groups(n, num_iterations)
-    statistic = ("one user's d-vector (psi_{s,beta_s}(grad_j q_i(beta^t; beta^t)))_j; l2 range "
-                 "sqrt(d) (4 sqrt2/3) s")
-    data = (f"each user once, in its group's round ({num_iterations} disjoint groups of "
-            f"{sizes[0]} users, the last {sizes[-1]})")
-    notes = [
-        "local DP, ours (not in the paper): each user releases one noisy robust gradient, in "
-        "its own round; the iterate it is computed at is public (post-processing of earlier "
-        "rounds), so nothing composes across users or rounds",
-        f"n = {n}, T = {num_iterations}, eta = {float(np.asarray(hparams.eta)):g}; "
-        f"s_rule = {s_rule!r}, tau = {float(np.asarray(hparams.tau)):g}, zeta = "
-        f"{float(np.asarray(hparams.zeta)):g}",
-    ]
-    notes.extend(model.gradient_notes)
-    return Ledger.build(name, [Release.from_event(ev, statistic, data)], "parallel",
-                        variant="corrected", relation="local",
-                        requested=ApproxDP(eps, delta), delta=delta,
-                        conversion="bun-steinke", notes=notes)
-
-
-# --------------------------------------------------------------------------------------------
 # Ledger
 # --------------------------------------------------------------------------------------------
 
@@ -612,49 +403,6 @@ def _ledger(
 # --------------------------------------------------------------------------------------------
 # The convenience API: three thin wrappers over one validating implementation
 # --------------------------------------------------------------------------------------------
-
-
-def _f32(*values: Any) -> list[np.ndarray]:
-    return [np.asarray(v, dtype=np.float32) for v in values]
-
-
-def _robust_fields(eps: float, tau: Any, zeta: Any, s_rule: str, s: Any, n: int,
-                   local: bool = False) -> list[np.ndarray]:
-    """``(tau, zeta, s)`` of Algorithms 2 and 3, validated (``s`` NaN unless explicit). An
-    explicit ``s`` whose score range ``2 PHI_MAX s`` (divided by ``n`` for a central mean) is
-    zero or subnormal in float32, or whose sum of ``n`` scores overflows, is refused."""
-    if s_rule not in S_RULES:
-        raise ValueError(f"s_rule must be one of {S_RULES}; got {s_rule!r}")
-    _validate.check_positive(tau, "tau")
-    z = _validate.check_positive(zeta, "zeta")
-    if z.ndim or not float(z) < 1.0:
-        raise ValueError(f"zeta must be a scalar in (0, 1); got {zeta!r}")
-    if s_rule == "explicit":
-        if s is None:
-            raise ValueError("s_rule='explicit' needs s")
-        s_val = float(_validate.check_truncation(s, eps, "s"))
-        if math.isfinite(eps):
-            bound = PHI_MAX * s_val  # one score's bound: psi_bound(s)
-            _validate.check_noise_inputs("s", s_val, 2 * bound / (1 if local else n),
-                                         bound if local else n * bound)
-    else:
-        if s is not None:
-            raise ValueError("s is only read with s_rule='explicit'")
-        s_val = math.nan
-    return _f32(tau, zeta, s_val)
-
-
-def _checked(key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0):
-    """The arguments every fit shares, checked: ``(key, data, n, num_iterations, epsilon,
-    delta, beta0)``; ``delta`` by the one policy (default ``1/(2n)``; the paper's ``1/n`` is
-    allowed, a warning above that)."""
-    check_model(model, EMModel, "dpjax.models.EMModel (per_sample_gradients, ...)")
-    key, data, n, num_iterations, eps, dl = checked_inputs(
-        key, data, model.validate_data, model.num_records, on_invalid=on_invalid,
-        num_iterations=num_iterations, epsilon=epsilon, delta=delta, eta=eta,
-        allow_1_over_n=True)
-    beta0 = _validate.check_array(beta0, "beta0", shape=(model.dim(data),))
-    return key, data, n, num_iterations, eps, dl, beta0
 
 
 def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta, on_invalid,
@@ -755,45 +503,13 @@ def fit_clipped_gem(
                 on_invalid, secure, dict(clip=clip))
 
 
-@_validate.host_only
-def fit_ldp_gem(
-    key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
-    num_iterations: int, beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05,
-    s_rule: LDPSRule = "ldp", s: Any = None, on_invalid: str = "raise", secure: bool = False,
-) -> FitResult:
-    """Fit the local-DP gradient EM (:func:`ldp_gem`; ours, not in the paper) to one data set
-    of ``n`` users, one record each.
-
-    Arguments as :func:`fit_dp_gem`, except: ``epsilon`` and ``delta`` are each user's local
-    budget (every user releases once; ``delta`` defaults to ``1/(2n)``, ``n`` the users);
-    ``num_iterations`` ``T`` is also the number of user groups (needs ``n >= T``; the remainder
-    ``n mod T`` joins the last group); ``s_rule`` is ``"ldp"`` (default,
-    :func:`ldp_smoothing_parameters`) or ``"explicit"``.
-
-    Returns:
-        :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) delivers exactly
-        ``(epsilon, delta)`` to every user.
-    """
-    key, data, n, num_iterations, eps, dl, beta0 = _checked(
-        key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0)
-    ldp_user_groups(n, num_iterations)  # raises if n < T
-    if s_rule not in LDP_S_RULES:
-        raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
-    fields = _robust_fields(eps, tau, zeta, "explicit" if s_rule == "explicit" else
-                            "sigma_consistent", s, n, local=True)
-    est = ldp_gem(model, num_iterations, s_rule)
-    return fit(est, key, data, beta0, LDPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n,
-               secure=secure)
-
-
 # --------------------------------------------------------------------------------------------
 # Registry: every estimator with a small example problem (the conformance suite runs over it)
 # --------------------------------------------------------------------------------------------
 
 
 def _example(model: EMModel, d: int, seed: int, kind: str, n: int = 400) -> registry.Example:
-    beta = np.full(d, 1.0 / np.sqrt(d), np.float32)
-    data = model.simulate(jax.random.key(seed), n, jnp.asarray(beta))
+    data, beta0 = _example_problem(model, d, seed, n)
 
     def hp(eps):
         f = functools.partial(jnp.asarray, dtype=jnp.float32)
@@ -801,13 +517,9 @@ def _example(model: EMModel, d: int, seed: int, kind: str, n: int = 400) -> regi
             return DPGEMHyperparams(f(eps), f(1.0 / n), f(1.0), f(2.0), f(0.05), f(jnp.nan))
         if kind == "exact-m":
             return DPEMExactHyperparams(f(eps), f(1.0 / n), f(2.0), f(0.05), f(jnp.nan))
-        if kind == "local":
-            # each user's delta: 1/n, but at most 1/400 (the one-user-per-round example has n = 4)
-            return LDPGEMHyperparams(f(eps), f(1.0 / max(n, 400)), f(1.0), f(2.0), f(0.05),
-                                     f(jnp.nan))
         return ClippedGEMHyperparams(f(eps), f(1.0 / n), f(1.0), f(1.0))
 
-    return registry.Example(data, beta * 0.8, hp)
+    return registry.Example(data, beta0, hp)
 
 
 def _register() -> None:
@@ -828,16 +540,6 @@ def _register() -> None:
               functools.partial(_example, model, d, seed, "clipped"))
         entry(f"dp-gem-split/{model.name}",
               functools.partial(dp_gem, model, 4, "sigma_consistent", True), robust)
-        # gmm: the full data set, n = 403 not a multiple of T (the last group carries the
-        # remainder); rmc: one group per step (disjoint batching), which puts the canary
-        # audit's record in the last round; mor: groups of ONE user (n = T = 4), so the
-        # released iterate moves by that user's whole report and the canary audit tests the
-        # per-user local guarantee itself (with m users a round's mean is about sqrt(m) times
-        # more private than each report, beyond what an audit of the iterate can see)
-        batching, n_users = {"gmm": ("full", 403), "mor": ("disjoint", 4)}.get(
-            model.name, ("disjoint", 400))
-        entry(f"ldp-gem/{model.name}", functools.partial(ldp_gem, model, 4, "ldp", batching),
-              functools.partial(_example, model, d, seed, "local", n_users))
     exact_k = RegressionMissingCovariates(1.0, 0.2, second_moment="exact_conditional")
     entry(f"dp-gem/{exact_k.name}", functools.partial(dp_gem, exact_k, 4),
           functools.partial(_example, exact_k, 3, 2, "robust"))

@@ -103,121 +103,170 @@ def crafted_cases() -> list[CanaryCase]:
 @functools.cache
 def _crafted_setups() -> dict[str, tuple]:
     """``name -> (estimator, hparams, start, data(record), canary, replacement[, output[,
-    direction]])`` of :func:`crafted_cases` (nothing compiled here)."""
-    from dpjax.algorithms import dp_em, dp_gem, dp_glm, ldp_sparse
-    from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
-    from dpjax.models.glm import GLM, GLMData
-    from dpjax.models.gmm import GMMData
-    from dpjax.models.mor import MoRData
-    from dpjax.models.rmc import RMCData
+    direction]])`` of :func:`crafted_cases`, in their order (nothing compiled here)."""
+    return {**_hd_dp_em_setups(), **_glm_setups(), **_ldp_gem_setups(),
+            **_ldp_regression_setups(), **_ld_dp_em_setups(), **_ldp_iht_setups()}
 
-    d, big = 6, 1e3
-    # sign patterns of the fixed record, the canary and its replacement (coordinate 1: the
-    # start's): fixed + canary = (2, 0, 0, 0, 0, 0), fixed + replacement = (0, 0, 2, 2, 2, 2)
+
+_BIG = 1e3  # the scale of the crafted records
+_FAR, _CLIP = -1e8, 1.0  # RMC: a steering coordinate's value, and the clipping level T
+
+
+def _f32(*xs):
+    return tuple(jnp.asarray(x, jnp.float32) for x in xs)
+
+
+def _sign_patterns(d: int = 6) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sign patterns of the fixed record, the canary and its replacement (coordinate 1: the
+    start's): fixed + canary = (2, 0, 0, 0, 0, 0), fixed + replacement = (0, 0, 2, 2, 2, 2)."""
     fixed = np.array([1.0, -1.0] + [1.0] * (d - 2))
     canary = np.array([1.0, 1.0] + [-1.0] * (d - 2))
     other = np.array([-1.0, 1.0] + [1.0] * (d - 2))
+    return fixed, canary, other
 
-    def f32(*xs):
-        return tuple(jnp.asarray(x, jnp.float32) for x in xs)
 
+def _hd_dp_em_setups() -> dict[str, tuple]:
+    """``hd-dp-em/gmm/one-step`` and ``hd-dp-em/rmc/one-step``."""
+    from dpjax.algorithms import dp_em
+    from dpjax.models import GaussianMixture, RegressionMissingCovariates
+    from dpjax.models.gmm import GMMData
+    from dpjax.models.rmc import RMCData
+
+    fixed, canary, other = _sign_patterns()
+    d, big, far, T = len(fixed), _BIG, _FAR, _CLIP
     # GMM: <y, beta0> > 0 for all three records (coordinate 0 of the fixed record and
     # coordinate 1 of the replacement tripled; clipping to T = 1 undoes it)
     gmm = [big * fixed * [3, 1, 1, 1, 1, 1], big * canary, big * other * [1, 3, 1, 1, 1, 1]]
+    # RMC (x, z): coordinates 1 and 6 steer; x = 0 where missing (z = 0)
+    rmc = [(np.array([T, T, T, T, T, T, far]), np.ones(7)),
+           (np.array([0, far, far, far, far, far, T]), np.r_[0.0, np.ones(6)]),
+           (np.array([far, far, 0, 0, 0, 0, T]), np.r_[1.0, 1.0, np.zeros(4), 1.0])]
+    return {
+        "hd-dp-em/gmm/one-step": (
+            dp_em.hd_dp_em(GaussianMixture(0.5), 1, 1),
+            dp_em.DPEMHyperparams(*_f32(1.0, 1e-3, 1.0, 1.0)),
+            np.r_[0.1, 0.1, np.zeros(d - 2)],
+            lambda r: GMMData(*_f32(np.stack([r, gmm[0]]))), gmm[1], gmm[2]),
+        "hd-dp-em/rmc/one-step": (
+            dp_em.hd_dp_em(RegressionMissingCovariates(1.0), 1, 1),
+            dp_em.DPEMHyperparams(*_f32(1.0, 1e-3, 1.0, T)), np.full(7, 0.01),
+            lambda r: RMCData(*_f32(np.stack([r[0], rmc[0][0]]), np.stack([r[1], rmc[0][1]]),
+                                    [1e3, 1e3])), rmc[1], rmc[2]),
+    }
+
+
+def _glm_setups() -> dict[str, tuple]:
+    """``alg5-noisy-iht/logistic/one-step`` and ``alg1-noisy-gd/logistic/one-step``."""
+    from dpjax.algorithms import dp_glm
+    from dpjax.models.glm import GLM, GLMData
+
+    fixed, canary, other = _sign_patterns()
+    d, dg = len(fixed), 20
     b = 1.0
     for _ in range(100):  # the fixed point b = 1 + sigmoid(b)
         b = 1.0 + 1.0 / (1.0 + math.exp(-b))
     glm = [np.abs(fixed), canary, other]  # coordinate 1 = 1 for all: x^T beta0 = b
-    # RMC (x, z): coordinates 1 and 6 steer; x = 0 where missing (z = 0)
-    far, T = -1e8, 1.0
-    rmc = [(np.array([T, T, T, T, T, T, far]), np.ones(7)),
-           (np.array([0, far, far, far, far, far, T]), np.r_[0.0, np.ones(6)]),
-           (np.array([far, far, 0, 0, 0, 0, T]), np.r_[1.0, 1.0, np.zeros(4), 1.0])]
-    # ldp-gem, one user in one round: the release is beta0 + eta * (the user's report). The
-    # canary's per-sample gradient is +10^6 in every coordinate but 0, its replacement's -10^6
-    # (GMM and MoR: coordinate 0 at +1 steers the weight to +1 under beta0 = 0.5 e_0; RMC,
-    # fully observed: y = +-10^6 times x = 1)
-    dl = 10
-    flip = np.r_[1.0, -np.ones(dl - 1)]
-    ldp_pairs = {GaussianMixture(0.5): (big**2 * np.ones(dl), big**2 * flip),
-                 MixtureOfRegressions(0.5): ((np.ones(dl), big**2), (flip, big**2)),
-                 RegressionMissingCovariates(1.0): (big**2, -big**2)}
-    ldp_hp = dp_gem.LDPGEMHyperparams(*f32(1.0, 1e-3, 1.0, 2.0, 0.05, np.nan))
-
-    def _one_user(model, rec):
-        if model.name == "gmm":
-            return GMMData(*f32(rec[None]))
-        if model.name == "mor":
-            return MoRData(*f32(rec[0][None], [rec[1]]))
-        return RMCData(*f32(np.ones((1, dl)), np.ones((1, dl)), [rec]))
-
-    # the sparse LDP regressions, one user: x = 10^3 (1, 1, 1, 1) against its negation, y =
-    # 10^3 (both shrink to the corners: the cross term x_bar y_bar moves by its whole range,
-    # the outer product x~ x~^T not at all). ldp-nldp's state holds the two reports (the
-    # estimate solves with the noisy covariance); ldp-public with the public covariance I and
-    # lambda = 0 releases the cross report as its estimate.
-    d_lr = 4
-    x_lr = [big * np.ones(d_lr), -big * np.ones(d_lr)]
-    nldp_hp = ldp_sparse.NLDPHyperparams(*f32(2.0, 1e-3, 3.0, 2.0, 2.0, 0.05))
-    public_hp = ldp_sparse.PublicHyperparams(*f32(1.0, 1e-3, 2.0, 2.0, 0.0))
-    x_pub = math.sqrt(d_lr) * np.eye(d_lr)  # x_pub^T x_pub / d = I
-
-    # ld-dp-em/rmc: one record, coordinate 0 steers (observed at -10^8 in both records)
-    dg = 20
-    rmc_ld = [(np.r_[far, np.zeros(dg - 1)], np.r_[1.0, np.zeros(dg - 1)]),
-              (np.full(dg, far), np.ones(dg))]
-    setups: dict[str, tuple] = {
-        "hd-dp-em/gmm/one-step": (
-            dp_em.hd_dp_em(GaussianMixture(0.5), 1, 1),
-            dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, 1.0)), np.r_[0.1, 0.1, np.zeros(d - 2)],
-            lambda r: GMMData(*f32(np.stack([r, gmm[0]]))), gmm[1], gmm[2]),
-        "hd-dp-em/rmc/one-step": (
-            dp_em.hd_dp_em(RegressionMissingCovariates(1.0), 1, 1),
-            dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, T)), np.full(7, 0.01),
-            lambda r: RMCData(*f32(np.stack([r[0], rmc[0][0]]), np.stack([r[1], rmc[0][1]]),
-                                   [1e3, 1e3])), rmc[1], rmc[2]),
+    # rho is informational for Algorithm 5: eps^2 / (4 T log(2 T / delta)), T = 1
+    hp = dp_glm.GLMHyperparams(*_f32(2.0, 1e-3, 1.0, 1.0, 1.0 / math.log(2e3)))
+    return {
         "alg5-noisy-iht/logistic/one-step": (
-            dp_glm.noisy_iht(GLM("logistic"), 1, 1),
-            # rho is informational for Algorithm 5: eps^2 / (4 T log(2 T / delta)), T = 1
-            dp_glm.GLMHyperparams(*f32(2.0, 1e-3, 1.0, 1.0, 1.0 / math.log(2e3))),
-            np.r_[0.0, b, np.zeros(d - 2)],
-            lambda r: GLMData(*f32(np.stack([r, glm[0]]), [-1.0, -1.0])), glm[1], glm[2]),
+            dp_glm.noisy_iht(GLM("logistic"), 1, 1), hp, np.r_[0.0, b, np.zeros(d - 2)],
+            lambda r: GLMData(*_f32(np.stack([r, glm[0]]), [-1.0, -1.0])), glm[1], glm[2]),
         "alg1-noisy-gd/logistic/one-step": (
-            dp_glm.noisy_gd(GLM("logistic"), 1),
-            dp_glm.GLMHyperparams(*f32(2.0, 1e-3, 1.0, 1.0, 1.0 / math.log(2e3))),
-            np.r_[0.0, 100.0, np.zeros(dg - 2)],
-            lambda r: GLMData(*f32(r[None], [-1.0])), np.r_[1.0, 1.0, -np.ones(dg - 2)],
+            dp_glm.noisy_gd(GLM("logistic"), 1), hp, np.r_[0.0, 100.0, np.zeros(dg - 2)],
+            lambda r: GLMData(*_f32(r[None], [-1.0])), np.r_[1.0, 1.0, -np.ones(dg - 2)],
             np.r_[-1.0, 1.0, np.ones(dg - 2)]),
-        **{f"ldp-gem/{model.name}/one-user": (
-            dp_gem.ldp_gem(model, 1), ldp_hp, np.r_[0.5, np.zeros(dl - 1)],
-            functools.partial(_one_user, model), rec_in, rec_out)
-           for model, (rec_in, rec_out) in ldp_pairs.items()},
+    }
+
+
+def _ldp_gem_setups() -> dict[str, tuple]:
+    """``ldp-gem/{gmm,mor,rmc}/one-user``: one user in one round, so the release is beta0 +
+    eta * (the user's report). The canary's per-sample gradient is +10^6 in every coordinate
+    but 0, its replacement's -10^6 (GMM and MoR: coordinate 0 at +1 steers the weight to +1
+    under beta0 = 0.5 e_0; RMC, fully observed: y = +-10^6 times x = 1)."""
+    from dpjax.algorithms import ldp_gem
+    from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
+    from dpjax.models.gmm import GMMData
+    from dpjax.models.mor import MoRData
+    from dpjax.models.rmc import RMCData
+
+    dl, big = 10, _BIG
+    flip = np.r_[1.0, -np.ones(dl - 1)]
+    pairs = {GaussianMixture(0.5): (big**2 * np.ones(dl), big**2 * flip),
+             MixtureOfRegressions(0.5): ((np.ones(dl), big**2), (flip, big**2)),
+             RegressionMissingCovariates(1.0): (big**2, -big**2)}
+    hp = ldp_gem.LDPGEMHyperparams(*_f32(1.0, 1e-3, 1.0, 2.0, 0.05, np.nan))
+
+    def one_user(model, rec):
+        if model.name == "gmm":
+            return GMMData(*_f32(rec[None]))
+        if model.name == "mor":
+            return MoRData(*_f32(rec[0][None], [rec[1]]))
+        return RMCData(*_f32(np.ones((1, dl)), np.ones((1, dl)), [rec]))
+
+    return {f"ldp-gem/{model.name}/one-user": (
+        ldp_gem.ldp_gem(model, 1), hp, np.r_[0.5, np.zeros(dl - 1)],
+        functools.partial(one_user, model), rec_in, rec_out)
+        for model, (rec_in, rec_out) in pairs.items()}
+
+
+def _ldp_regression_setups() -> dict[str, tuple]:
+    """The sparse LDP regressions, one user: x = 10^3 (1, 1, 1, 1) against its negation, y =
+    10^3 (both shrink to the corners: the cross term x_bar y_bar moves by its whole range, the
+    outer product x~ x~^T not at all). ``ldp-nldp``'s state holds the two reports (the
+    estimate solves with the noisy covariance); ``ldp-public`` with the public covariance I and
+    lambda = 0 releases the cross report as its estimate."""
+    from dpjax.algorithms import ldp_sparse
+
+    d_lr, big = 4, _BIG
+    x_lr = [big * np.ones(d_lr), -big * np.ones(d_lr)]
+    nldp_hp = ldp_sparse.NLDPHyperparams(*_f32(2.0, 1e-3, 3.0, 2.0, 2.0, 0.05))
+    public_hp = ldp_sparse.PublicHyperparams(*_f32(1.0, 1e-3, 2.0, 2.0, 0.0))
+    x_pub = math.sqrt(d_lr) * np.eye(d_lr)  # x_pub^T x_pub / d = I
+    return {
         **{name: (est, nldp_hp, np.zeros(d_lr),
-                  lambda r: (*f32(r[None], [big]),), x_lr[0], x_lr[1], _reports)
+                  lambda r: (*_f32(r[None], [big]),), x_lr[0], x_lr[1], _reports)
            for name, est in (("ldp-nldp/one-user", ldp_sparse.nldp()),
                              ("ldp-nldp/per-user/one-user", ldp_sparse.nldp(per_user=True)))},
         "ldp-public/one-user": (ldp_sparse.nldp_public(), public_hp, np.zeros(d_lr),
-                                lambda r: (*f32(r[None], [big], x_pub),), x_lr[0], x_lr[1]),
-        "ld-dp-em/rmc/one-step": (
-            dp_em.ld_dp_em(RegressionMissingCovariates(1.0), 1),
-            dp_em.DPEMHyperparams(*f32(1.0, 1e-3, 1.0, T)), np.full(dg, 0.01),
-            lambda r: RMCData(*f32(r[0][None], r[1][None], [1e3])), rmc_ld[0], rmc_ld[1]),
+                                lambda r: (*_f32(r[None], [big], x_pub),), x_lr[0], x_lr[1]),
     }
-    # LDP-IHT, one user in one round: the l2-ball randomizer keeps the true hemisphere with
-    # probability e^eps/(e^eps+1). With theta0 = 0 the gradient is -x_bar y_bar: y = +-10^3
-    # at x = 10^3 (1, 1, 1, 1) gives +-tau1 tau2 (1, 1, 1, 1), norm 2 tau1 tau2, 2/3 of the
-    # radius 2 tau1 (theta_norm sqrt(k') tau1 + tau2) for tau1 = 0.25, tau2 = 1 (the sign draw
-    # b is +1 with probability 5/6); k' = d = 4 (no truncation), so the release is the report
-    # scaled onto the unit ball, and its projection on (1, 1, 1, 1) has the sign of the
-    # hemisphere (times b): the event's log-ratio is 0.64 honest, 1.57 with noise x 0.2 (the
-    # coin at 5 eps), against the claim eps = 1 (pure, from the ledger). Its noise-free
-    # release is not defined (the direction is drawn even at noise x 0): the statistic is
-    # given.
-    setups["ldp-iht/one-user"] = (
-        ldp_sparse.ldp_iht(1, d_lr), ldp_sparse.IHTHyperparams(*f32(1.0, 0.25, 1.0, 1.0)),
-        np.zeros(d_lr), lambda y: (*f32(big * np.ones((1, d_lr)), [y]),), big, -big, None,
-        np.ones(d_lr))
-    return setups
+
+
+def _ld_dp_em_setups() -> dict[str, tuple]:
+    """``ld-dp-em/rmc/one-step``: one record, coordinate 0 steers (observed at -10^8 in both
+    records)."""
+    from dpjax.algorithms import dp_em
+    from dpjax.models import RegressionMissingCovariates
+    from dpjax.models.rmc import RMCData
+
+    dg, far, T = 20, _FAR, _CLIP
+    rmc_ld = [(np.r_[far, np.zeros(dg - 1)], np.r_[1.0, np.zeros(dg - 1)]),
+              (np.full(dg, far), np.ones(dg))]
+    return {"ld-dp-em/rmc/one-step": (
+        dp_em.ld_dp_em(RegressionMissingCovariates(1.0), 1),
+        dp_em.DPEMHyperparams(*_f32(1.0, 1e-3, 1.0, T)), np.full(dg, 0.01),
+        lambda r: RMCData(*_f32(r[0][None], r[1][None], [1e3])), rmc_ld[0], rmc_ld[1])}
+
+
+def _ldp_iht_setups() -> dict[str, tuple]:
+    """``ldp-iht/one-user``: LDP-IHT, one user in one round. The l2-ball randomizer keeps the
+    true hemisphere with probability e^eps/(e^eps+1). With theta0 = 0 the gradient is -x_bar
+    y_bar: y = +-10^3 at x = 10^3 (1, 1, 1, 1) gives +-tau1 tau2 (1, 1, 1, 1), norm 2 tau1
+    tau2, 2/3 of the radius 2 tau1 (theta_norm sqrt(k') tau1 + tau2) for tau1 = 0.25, tau2 = 1
+    (the sign draw b is +1 with probability 5/6); k' = d = 4 (no truncation), so the release
+    is the report scaled onto the unit ball, and its projection on (1, 1, 1, 1) has the sign
+    of the hemisphere (times b): the event's log-ratio is 0.64 honest, 1.57 with noise x 0.2
+    (the coin at 5 eps), against the claim eps = 1 (pure, from the ledger). Its noise-free
+    release is not defined (the direction is drawn even at noise x 0): the statistic is
+    given."""
+    from dpjax.algorithms import ldp_sparse
+
+    d_lr, big = 4, _BIG
+    return {"ldp-iht/one-user": (
+        ldp_sparse.ldp_iht(1, d_lr), ldp_sparse.IHTHyperparams(*_f32(1.0, 0.25, 1.0, 1.0)),
+        np.zeros(d_lr), lambda y: (*_f32(big * np.ones((1, d_lr)), [y]),), big, -big, None,
+        np.ones(d_lr))}
 
 
 @functools.cache
