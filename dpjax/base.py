@@ -406,16 +406,19 @@ def _secure_plan(estimator, n, data, state0, hp, hparams, grid) -> _SecurePlan:
         return plan
     events = jax.tree_util.tree_map(_plain_event, planned, is_leaf=is_planned)
 
-    def short(kappa: float) -> bool:
+    def short(kappa: float, margin: float = _KAPPA_MARGIN) -> bool:
         got, approx = _secure_guarantee(plan, _scaled(events, kappa))[:2]
         if isinstance(requested, ZCDP):
             rho = got.rho if isinstance(got, ZCDP) else 0.5 * got.epsilon**2 if \
                 got.delta == 0 else math.inf
-            return not rho <= requested.rho * (1 - _KAPPA_MARGIN)
-        return not (approx.epsilon <= requested.epsilon * (1 - _KAPPA_MARGIN)
+            return not rho <= requested.rho * (1 - margin)
+        return not (approx.epsilon <= requested.epsilon * (1 - margin)
                     and approx.delta <= requested.delta)
 
-    if not short(1.0):
+    # at kappa = 1 the real run draws exactly the planned noise: no margin needed (pure
+    # releases, e.g. the l2-ball randomizer, deliver their epsilon exactly and kappa cannot
+    # change them)
+    if not short(1.0, 0.0):
         return plan
     lo, hi = 1.0, 2.0
     while short(hi):

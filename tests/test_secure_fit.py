@@ -307,11 +307,19 @@ def test_secure_nldp_reports_have_the_discrete_gaussian_spread():
 _PEELING = ("hd-dp-em/", "alg5-noisy-iht/")
 
 
+# one cheap example per family in the default run (the NLDP fits are tested above); the whole
+# registry with -m slow (about 6 minutes on a busy 2-core machine, each fit under a minute)
+_DEFAULT_RUN = ("dp-mean", "ld-dp-em/rmc", "clipped-gem/rmc", "dp-gem-split/mor",
+                "alg1-noisy-gd/logistic", "dp-2s-gd/tight", "ldp-public", "ldp-iht/general-cov")
+
+
 def _private_entries():
-    return [e for e in dpjax.registry.entries() if e.private]
+    return [e if e.name in _DEFAULT_RUN else pytest.param(e, marks=pytest.mark.slow)
+            for e in dpjax.registry.entries() if e.private]
 
 
-@pytest.mark.parametrize("entry", _private_entries(), ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", _private_entries(),
+                         ids=lambda e: getattr(e, "name", None))
 def test_every_private_registry_example_has_a_secure_fit(entry):
     if entry.name.startswith(_PEELING):
         pytest.skip("peeling (noisy_hard_threshold) has no exact path on this branch yet")
