@@ -399,7 +399,10 @@ def local_gaussian_symmetric(
     ``M(x)`` only through the released coordinates even if ``value`` is not exactly symmetric.
 
     Privacy: (epsilon, delta)-LDP for ``epsilon <= 1``, local relation (one user's record
-    replaced), if ``Delta_F >= sup ||M(x) - M(x')||_F``. ``epsilon = inf``: no noise.
+    replaced), if ``Delta_F >= sup ||M(x) - M(x')||_F``. ``epsilon = inf``: no noise. Inside
+    :func:`~dpjax.mechanisms.secure_noise` the upper triangle is released through
+    :func:`~dpjax.mechanisms.gaussian_mechanism` (rounded to a grid, exact discrete Gaussian
+    noise) and mirrored; the event is then the discrete one.
 
     Args:
         key: PRNG key for this user.
@@ -419,6 +422,13 @@ def local_gaussian_symmetric(
         raise ValueError(f"local_gaussian_symmetric needs a (d, d) matrix; got {value.shape}")
     sigma = jnp.asarray(symmetric_gaussian_sigma(stat.sensitivity, epsilon, delta, log_constant),
                         value.dtype)
+    if _mechanisms.secure_active():  # exact: the upper triangle through the Gaussian mechanism
+        iu = jnp.triu_indices(value.shape[0])
+        upper = BoundedStatistic(value[iu], stat.sensitivity, "l2", "local",
+                                 stat.true_sensitivity)
+        noisy, event = gaussian_mechanism(key, upper, epsilon, delta, log_constant)
+        released = jnp.zeros_like(value).at[iu].set(noisy.astype(value.dtype))
+        return GaussianRelease(_mirror_upper(released), sigma, event)
     noise = symmetric_gaussian_noise(key, value.shape[0], sigma, value.dtype)
     return GaussianRelease(_mirror_upper(value) + noise, sigma,
                            _local_event(stat, sigma, delta, log_constant))
@@ -789,6 +799,11 @@ def local_gaussian_aggregate(
 
     Returns:
         :class:`GaussianMeanRelease`; its event is one user's release.
+
+    No floating-point-safe path: it draws the noise of the users' average from the average, so
+    there are no per-user reports to make exact (and a sum of discrete Gaussians is not one).
+    Inside :func:`~dpjax.mechanisms.secure_noise` it raises; the estimators then take
+    :func:`local_gaussian_mean`'s per-user path.
     """
     _require_local_l2(mean, "local_gaussian_aggregate")
     value = jnp.asarray(mean.value)

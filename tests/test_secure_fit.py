@@ -340,3 +340,24 @@ def test_every_private_registry_example_has_a_secure_fit(entry):
         else:
             assert led.approx_dp.epsilon <= req.epsilon * (1 + 1e-9)
             assert led.approx_dp.delta <= req.delta
+
+
+def test_local_gaussian_reports_are_exact_under_secure_noise(key):
+    """One user's symmetric report: the upper triangle on the grid, mirrored, with a discrete
+    event; the aggregate shortcut (noise drawn from the users' average) refuses."""
+    from dpjax import local_randomizers as lr
+
+    grid = 2.0**-6
+    m = np.outer([0.3, -0.2, 0.1], [0.3, -0.2, 0.1]).astype(np.float32)
+    stat = M.BoundedStatistic(jnp.asarray(m), 2.0, "l2", "local")
+    with M.secure_noise(grid):
+        rel = lr.local_gaussian_symmetric(key, stat, 1.0, 1e-3)
+        with pytest.raises(ValueError, match="no floating-point-safe path"):
+            lr.local_gaussian_aggregate(key, stat, 5, 1.0, 1e-3)
+    out = np.asarray(rel.value, np.float64)
+    np.testing.assert_array_equal(out, out.T)
+    np.testing.assert_array_equal(out / grid, np.round(out / grid))
+    assert rel.event.kind == "discrete-gaussian" and rel.event.relation == "local"
+    # six released coordinates: the integer sensitivity is of the upper triangle
+    assert float(rel.event.sensitivity) ** 2 == pytest.approx(
+        dn.integer_sensitivity_l2_sq(2.0, grid, 6), rel=1e-6)
