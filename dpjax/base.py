@@ -535,8 +535,8 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
     kept = tuple(n for n in plan.notes if n != GAUSSIAN_CURVE_NOTE
                  and not n.startswith("(epsilon, delta) from rho-zCDP by the"))
     notes = [
-        "exact discrete noise (secure=True, the floating-point-safe path): every noisy release "
-        "is its statistic rounded to a "
+        "exact discrete noise (secure=True): on the floating-point-safe path every noisy "
+        "release is its statistic rounded to a "
         f"public grid ({grid_note}) plus exactly sampled integer noise (discrete Gaussian or "
         "discrete Laplace, Canonne, Kamath & Steinke 2020), so the guarantee is that of the "
         "implementation as run, assuming a secret random key (up to the samplers' 32-bit "
