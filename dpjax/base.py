@@ -18,7 +18,9 @@ data (consecutive index blocks of size ``n0 = floor(n / num_steps)``; the remain
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -262,9 +264,11 @@ def fit(
         secure: release through the floating-point-safe path for real data
             (:func:`dpjax.mechanisms.secure_noise`: exact integer noise on a public grid; the
             steps run eagerly, slower than the default path). The ledger is composed from the
-            discrete events (zCDP for Gaussian noise, converted at ``hparams.delta``); peeling
-            selects by exact permute-and-flip. An estimator with a release that has no such
-            path raises.
+            discrete events (zCDP for Gaussian noise, converted to (epsilon, delta) by CKS at
+            the requested delta) and says that it assumes exact discrete noise; the noise is
+            calibrated so that this ledger delivers the request (see :func:`_secure_plan`),
+            which :func:`~dpjax.accounting.check_delivers` checks. Peeling selects by exact
+            permute-and-flip; an estimator with a release that has no such path raises.
         grid: with ``secure``: the public grid step, a power of two (default: per release,
             from its sensitivity; see :func:`~dpjax.mechanisms.secure_noise`).
     """
@@ -274,8 +278,13 @@ def fit(
         n = int(jax.tree_util.tree_leaves(data)[0].shape[0])
     state0, hp = estimator.init(params0), jax.tree_util.tree_map(jnp.asarray, hparams)
     if secure:
+        # host (NumPy) hyperparameters: the eager steps then calibrate on the host, in float64
+        # (a jnp calibration would compile its bisection loop anew at every eager call)
+        hp = jax.tree_util.tree_map(np.asarray, hparams)
+        plan = _secure_plan(estimator, n, data, state0, hp, hparams, grid)
         final, (trace, events) = _secure_run(estimator, as_key(key), data, state0, hp,
-                                             _fit_record(output, record), grid)
+                                             _fit_record(output, record), grid,
+                                             plan.noise_factor)
     else:
         final, (trace, events) = _fit_run(estimator, as_key(key), data, state0, hp, output,
                                           record)
@@ -286,7 +295,7 @@ def fit(
             "truncation or clipping levels"
         )
     if secure:
-        ledger = _secure_ledger(estimator, n, hparams, events, grid)
+        ledger = _secure_ledger(estimator, plan, events)
     else:
         ledger = None if estimator.ledger is None else estimator.ledger(n, hparams, events)
     from dpjax.accounting import check_delivers
@@ -296,50 +305,258 @@ def fit(
     return FitResult(estimate, to_np(trace), ledger, hparams, to_np(final))
 
 
-def _secure_run(estimator, key, data, state, hparams, record, grid):
+def _secure_steps(estimator, key, data, state, hparams, record):
     """:func:`run`'s loop, eagerly (concrete values for the exact integer calibration)."""
-    from dpjax.mechanisms import secure_noise
-
     batches = split_batches(data, estimator.num_steps) if estimator.batching == "disjoint" \
         else None
     out = []
-    with secure_noise(grid):
-        for t in range(estimator.num_steps):
-            batch = data if batches is None else jax.tree_util.tree_map(lambda x, t=t: x[t],
-                                                                        batches)
-            state, info = estimator.step(jax.random.fold_in(key, t), state, batch, hparams)
-            out.append(record(state, info))
+    for t in range(estimator.num_steps):
+        batch = data if batches is None else jax.tree_util.tree_map(lambda x, t=t: x[t], batches)
+        state, info = estimator.step(jax.random.fold_in(key, t), state, batch, hparams)
+        out.append(record(state, info))
     return state, jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *out)
 
 
-def _secure_ledger(estimator, n, hparams, events, grid):
-    """The ledger of a secure run, composed from its discrete events."""
-    from dpjax.accounting import Ledger, Release
+def _secure_run(estimator, key, data, state, hparams, record, grid, noise_factor=1.0):
+    """The secure run: :func:`_secure_steps` inside
+    :func:`~dpjax.mechanisms.secure_noise` ``(grid, noise_factor=noise_factor)``."""
+    from dpjax.mechanisms import secure_noise
 
-    events = tuple(events) if isinstance(events, (tuple, list)) else (events,)
-    float_kinds = sorted({e.kind for e in events} - {"discrete-laplace", "discrete-gaussian",
-                                                      "discrete-noisy-ht", "none"})
+    with secure_noise(grid, noise_factor=noise_factor):
+        return _secure_steps(estimator, key, data, state, hparams, record)
+
+
+def _events_only(state, info):
+    del state
+    return info.events
+
+
+class _SecurePlan(NamedTuple):
+    """What a secure fit settles before it touches the data (see :func:`_secure_plan`)."""
+
+    name: str
+    batching: str
+    num_steps: int
+    n: int
+    grid: float | None
+    requested: Any  # the float ledger's request (None: none)
+    variant: str
+    notes: tuple[str, ...]
+    delta: float  # the target delta of the zCDP -> (epsilon, delta) conversion
+    noise_factor: float  # kappa >= 1
+
+
+#: the bisection aims this far (relative) below the request, to absorb the float32 rounding of
+#: the recorded scales; the delivered guarantee is then within ~1e-6 of the request
+_KAPPA_MARGIN = 1e-6
+
+
+def _secure_plan(estimator, n, data, state0, hp, hparams, grid) -> _SecurePlan:
+    r"""Settle a secure fit's noise factor ``kappa`` before the real run.
+
+    The discrete Gaussian of a secure release is accounted in zCDP and converted to
+    (epsilon, delta) by CKS (Prop 12), which is looser than the exact Gaussian curve the
+    default path solves its ``sigma`` on: carried over as it is (``rho = (Delta/sigma)^2/2``),
+    the noise would deliver a larger epsilon than requested (e.g. 1.633 for a one-release
+    request of (1.5, 1e-5)). So every discrete noise is multiplied by one factor
+    ``kappa >= 1`` (``sigma``, the discrete Laplace's ``t``; ``rho / kappa^2``), the smallest
+    with which the secure ledger (:func:`_secure_ledger`) delivers the request.
+
+    Why a planning pass. The ledger's guarantee depends only on each release's noise
+    parameter and integer sensitivity (functions of public values: n, the clipping levels, the
+    budget, the statistic's size and the grid). The pass runs the steps eagerly inside
+    :func:`~dpjax.mechanisms._secure_plan` on an all-zero data set of the same shapes: every
+    release computes its exact discrete calibration and draws nothing, and records the event
+    the default path would record for it. So ``kappa`` is a function of public values only
+    (it never sees the data), the estimator's own ledger on the default path's events gives
+    the request, the variant label and the notes, and the structure of the run (which
+    release in which step) comes from the estimator's real code, not from a model of it.
+    ``kappa`` is then found by bisection on the planned events with every noise scaled by
+    ``kappa``; the real run rounds each scaled parameter up, so its noise is at least the
+    planned one, and :func:`~dpjax.accounting.check_delivers` checks its ledger anyway.
+
+    Variants other than ``"corrected"`` (documented paper-literal ones) keep ``kappa = 1``:
+    their ledgers state what they deliver. A request the secure accounting cannot meet at any
+    ``kappa`` (e.g. delta = 0 with Gaussian noise) raises
+    :class:`~dpjax.accounting.PrivacyBudgetError` before anything is released.
+    """
+    from dpjax.accounting import ZCDP, ApproxDP, PrivacyBudgetError
+    from dpjax.mechanisms import PlannedEvent
+    from dpjax.mechanisms import _secure_plan as plan_mode
+
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, data)
+    with plan_mode(grid):
+        _, planned = _secure_steps(estimator, jax.random.key(0), zeros, state0, hp,
+                                   _events_only)
+    is_planned = lambda e: isinstance(e, PlannedEvent)  # noqa: E731
+    float_events = jax.tree_util.tree_map(
+        lambda e: e.float_event if is_planned(e) else e, planned, is_leaf=is_planned)
+    float_ledger = None if estimator.ledger is None else estimator.ledger(n, hparams,
+                                                                          float_events)
+    requested = None if float_ledger is None else float_ledger.requested
+    variant = "corrected" if float_ledger is None else float_ledger.variant
+    notes = () if float_ledger is None else float_ledger.notes
+    if isinstance(requested, ApproxDP) and requested.delta > 0:
+        delta = requested.delta
+    else:
+        delta = float(np.asarray(getattr(hparams, "delta", 1.0 / (2.0 * n))))
+    plan = _SecurePlan(estimator.name, estimator.batching, estimator.num_steps, n, grid,
+                       requested, variant, tuple(notes), delta, 1.0)
+    if variant != "corrected" or requested is None:
+        return plan
+    events = jax.tree_util.tree_map(_plain_event, planned, is_leaf=is_planned)
+
+    def short(kappa: float, margin: float = _KAPPA_MARGIN) -> bool:
+        got, approx = _secure_guarantee(plan, _scaled(events, kappa))[:2]
+        if isinstance(requested, ZCDP):
+            rho = got.rho if isinstance(got, ZCDP) else 0.5 * got.epsilon**2 if \
+                got.delta == 0 else math.inf
+            return not rho <= requested.rho * (1 - margin)
+        return not (approx.epsilon <= requested.epsilon * (1 - margin)
+                    and approx.delta <= requested.delta)
+
+    # at kappa = 1 the real run draws exactly the planned noise: no margin needed (pure
+    # releases, e.g. the l2-ball randomizer, deliver their epsilon exactly and kappa cannot
+    # change them)
+    if not short(1.0, 0.0):
+        return plan
+    lo, hi = 1.0, 2.0
+    while short(hi):
+        lo, hi = hi, 2.0 * hi
+        if hi > 2.0**20:
+            raise PrivacyBudgetError(
+                f"{estimator.name}: secure=True cannot deliver the requested {requested} with "
+                "exact discrete noise (no noise factor up to 2^20 does, under its zCDP "
+                "accounting); nothing is released. Use the default noise path or a request "
+                "with a positive delta")
+    while hi - lo > 1e-9 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if short(mid) else (lo, mid)
+    return plan._replace(noise_factor=hi)
+
+
+def _plain_event(e):
+    """A :class:`~dpjax.mechanisms.PlannedEvent` as the plain event of its secure release."""
+    from dpjax.mechanisms import PlannedEvent, PrivacyEvent
+
+    if not isinstance(e, PlannedEvent):
+        return e
+    return PrivacyEvent(**{f.name: getattr(e, f.name) for f in dataclasses.fields(PrivacyEvent)})
+
+
+def _scaled(events, kappa: float):
+    """The events with every discrete noise scale times ``kappa`` (float64)."""
+    from dpjax.mechanisms import NOISE_FACTOR_KINDS
+
+    if kappa == 1.0:
+        return events
+    return tuple(dataclasses.replace(e, scale=np.asarray(e.scale, np.float64) * kappa)
+                 if e.kind in NOISE_FACTOR_KINDS else e for e in _as_tuple(events))
+
+
+def _as_tuple(events):
+    return tuple(events) if isinstance(events, (tuple, list)) else (events,)
+
+
+def _secure_guarantee(plan: _SecurePlan, events):
+    """The releases of a secure run and their composition: ``(guarantee, approx_dp,
+    releases, composition)``.
+
+    Within a step the releases compose in zCDP when any is a discrete Gaussian (pure ones as
+    ``eps^2/2``), else by basic composition; across steps in parallel (the largest) where no
+    record enters two steps' releases -- disjoint batches, or local DP, where each user reports
+    once, in its own round (every local estimator of dpjax is built so; its default ledger
+    composes in parallel too) -- else as within a step. zCDP is converted to
+    (epsilon, delta) at the plan's delta by CKS.
+    """
+    from dpjax.accounting import (
+        ZCDP,
+        ApproxDP,
+        Release,
+        _approx_to_zcdp,
+        zcdp_to_approx_dp,
+    )
+
+    events = _as_tuple(events)
+    local = all(e.relation == "local" for e in events)
+    disjoint = plan.batching == "disjoint" or local
+    data = ("each user once, in its own round" if local else "disjoint batch" if disjoint
+            else f"full data ({plan.n} records)")
+    releases = [Release.from_event(e, f"release {i + 1} of each step (integer noise on a "
+                                      "public grid)", data) for i, e in enumerate(events)]
+    steps = plan.num_steps
+    zcdp = any(e.kind == "discrete-gaussian" for e in events)
+    per_step = np.zeros(steps)
+    per_step_delta = np.zeros(steps)
+    for r in releases:
+        budgets = r.budgets()
+        if zcdp:
+            vals = [b.rho if isinstance(b, ZCDP) else _approx_to_zcdp(b).rho for b in budgets]
+        else:
+            vals = [b.epsilon for b in budgets]
+            per_step_delta += np.asarray([b.delta for b in budgets]).reshape(steps, -1).sum(1)
+        with np.errstate(invalid="ignore"):
+            per_step += np.asarray(vals, np.float64).reshape(steps, -1).sum(1)
+    combine = np.max if disjoint else np.sum
+    total = float(combine(per_step))
+    per_release = sum(r.count for r in releases) // steps
+    if zcdp:
+        guarantee = ZCDP(total)
+        approx = zcdp_to_approx_dp(total, plan.delta)
+        within = "zcdp"
+    else:
+        guarantee = approx = ApproxDP(total, min(1.0, float(combine(per_step_delta))))
+        within = "basic"
+    if not disjoint or steps == 1:
+        composition = within
+    elif per_release == 1:
+        composition = "parallel"
+    else:
+        composition = f"{within} within a step; parallel across steps"
+    return guarantee, approx, releases, composition, local
+
+
+def _secure_ledger(estimator, plan: _SecurePlan, events):
+    """The ledger of a secure run, composed from its discrete events (:func:`_secure_guarantee`)
+    with the request, variant label and notes of the estimator's own ledger (:func:`_secure_plan`)
+    and notes saying what it assumes."""
+    from dpjax.accounting import GAUSSIAN_CURVE_NOTE, Ledger
+    from dpjax.mechanisms import SECURE_KINDS
+
+    events = _as_tuple(events)
+    float_kinds = sorted({e.kind for e in events} - set(SECURE_KINDS))
     if float_kinds:
         raise ValueError(f"secure=True: {estimator.name} released through {float_kinds}, which "
                          "has no floating-point-safe path; use the default noise path")
-    # Parallel composition across steps where no record enters two steps' releases: disjoint
-    # batches, or local DP, where each user reports once, in its own round (every local
-    # estimator of dpjax is built so; its float ledger composes in parallel too)
-    local = all(e.relation == "local" for e in events)
-    disjoint = estimator.batching == "disjoint" or local
-    data = ("each user once, in its own round" if local else "disjoint batch" if disjoint
-            else f"full data ({n} records)")
-    releases = [Release.from_event(e, f"release {i + 1} of each step (integer noise on a "
-                                      "public grid)", data) for i, e in enumerate(events)]
-    if disjoint and len(releases) == 1:
-        composition = "parallel"
-    else:
-        composition = "zcdp" if any(e.kind == "discrete-gaussian" for e in events) else "basic"
-    delta = float(np.asarray(getattr(hparams, "delta", 1.0 / (2.0 * n))))
-    grid_note = ("per release, the largest power of two <= Delta/(64 sqrt(d)); peeling: "
-                 "<= Delta_inf/1024, coarser if its scale needs") if grid is None else f"{grid:g}"
-    notes = [f"floating-point-safe path: integer noise on a public grid ({grid_note}); the "
-             "sensitivities are of the rounded statistics, in grid units"]
-    return Ledger.build(estimator.name, releases, composition, relation="local" if local
-                        else "replace-one",
-                        delta=delta if composition != "basic" else None, notes=notes)
+    guarantee, approx, releases, composition, local = _secure_guarantee(plan, events)
+    grid_note = ("per release, the largest power of two <= Delta/(64 sqrt(d))" if plan.grid is
+                 None else f"{plan.grid:g}")
+    kinds = {e.kind for e in events}
+    kept = tuple(n for n in plan.notes if n != GAUSSIAN_CURVE_NOTE
+                 and not n.startswith("(epsilon, delta) from rho-zCDP by the"))
+    notes = [
+        "exact discrete noise (secure=True): on the floating-point-safe path every noisy "
+        "release is its statistic rounded to a "
+        f"public grid ({grid_note}) plus exactly sampled integer noise (discrete Gaussian or "
+        "discrete Laplace, Canonne, Kamath & Steinke 2020), so the guarantee is that of the "
+        "implementation as run, assuming a secret random key (up to the samplers' 32-bit "
+        "range: delta < exp(-10^5)); sensitivities are of the rounded statistics, in grid "
+        "units",
+    ]
+    if "discrete-gaussian" in kinds:
+        notes.append(f"discrete Gaussian releases accounted in zCDP; (epsilon, delta) from "
+                     f"rho-zCDP by the 'cks' conversion at delta = {plan.delta:g}")
+    if kinds & {"discrete-gaussian", "discrete-laplace"}:
+        notes.append(
+            f"noise factor kappa = {plan.noise_factor:.6g}: every discrete noise is kappa times "
+            "the one carried over from the default path's calibration (rho / kappa^2, "
+            "epsilon / kappa), the smallest kappa >= 1 with which this accounting delivers the "
+            "request (1 for a variant that is not the corrected one)")
+    if "ldp-randomizer" in kinds:
+        notes.append("l2-ball randomizer reports are exact as implemented: the side is a 64-bit "
+                     "integer coin, and given the pair {u, -u} of directions drawn (whose law "
+                     "does not depend on the input) the odds of either are at most e^epsilon")
+    notes.extend(kept)
+    return Ledger(estimator.name, plan.variant, "local" if local else "replace-one",
+                  composition, tuple(releases), guarantee, approx, plan.requested,
+                  tuple(notes))

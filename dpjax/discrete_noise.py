@@ -130,6 +130,7 @@ __all__ = [
     "integer_sensitivity_l2_sq",
     "secure_gaussian_mechanism",
     "secure_laplace_mechanism",
+    "secure_noise_parameters",
     "to_grid",
 ]
 
@@ -543,6 +544,41 @@ def _budget(value: Any, name: str) -> jax.Array:
     return jnp.asarray(_f32_down(float(checked)))
 
 
+def _f32_up(x: Fraction) -> np.float32:
+    """The smallest float32 >= x (exact comparison)."""
+    f = np.float32(float(x))
+    if Fraction(float(f)) < x:
+        f = np.nextafter(f, np.float32(np.inf))
+    return f
+
+
+def _check_noise_factor(noise_factor: Any) -> float:
+    f = _concrete(noise_factor)
+    if f is None or f.ndim != 0 or not (math.isfinite(float(f)) and float(f) >= 1.0):
+        raise ValueError(f"noise_factor must be a finite host number >= 1; got {noise_factor!r}")
+    return float(f)
+
+
+def _widen(kind: str, param: jax.Array, noise_factor: float) -> jax.Array:
+    """The noise parameter times ``noise_factor`` (``t``) or its square (``sigma^2``), rounded
+    up: the result is at least the exact product (the float32 product is moved up by one ulp,
+    which covers its rounding), and ``sigma^2`` is then rounded up to the sampler's 20 bits.
+    0 (no noise) stays 0 and NaN (invalid budget) stays NaN; a result above the sampler's range
+    becomes NaN (an error for a host budget)."""
+    if noise_factor == 1.0:
+        return param
+    exact = Fraction(noise_factor) ** (1 if kind == "discrete_laplace" else 2)
+    m = jnp.float32(_f32_up(exact))
+    wide = jnp.nextafter(param * m, jnp.float32(jnp.inf))
+    if kind == "discrete_laplace":
+        top = T_MAX
+    else:
+        top = SIGMA2_MAX
+        wide = jnp.where(wide <= top, _round_sigma2(jnp.minimum(wide, top))[0], wide)
+    wide = jnp.where(param > 0, wide, param)  # 0 stays 0, NaN stays NaN
+    return jnp.where(wide <= top, wide, jnp.where(param > 0, jnp.float32(jnp.nan), wide))
+
+
 # --------------------------------------------------------------------------------------------
 # Samplers
 # --------------------------------------------------------------------------------------------
@@ -817,7 +853,8 @@ def _value_size(value: Any) -> int:
 
 
 def secure_laplace_mechanism(
-    key: jax.Array, value: Any, sensitivity_l1: float, epsilon: Any, grid: float
+    key: jax.Array, value: Any, sensitivity_l1: float, epsilon: Any, grid: float,
+    noise_factor: float = 1.0,
 ) -> tuple[jax.Array, SecureNoise]:
     r"""Release ``value`` with ``epsilon``-DP through the grid and discrete Laplace noise.
 
@@ -838,36 +875,87 @@ def secure_laplace_mechanism(
             traced array (no recompilation when it changes). A host ``epsilon`` is validated,
             including ``Delta_1^Z / epsilon <= T_MAX = 2^20``; a traced invalid one gives NaN.
         grid: the public grid step, a power of two.
+        noise_factor: a host number ``>= 1``: ``t`` is multiplied by it (rounded up), so the
+            release is ``epsilon / noise_factor``-DP or better (default 1: exactly the
+            calibration above).
 
     Returns:
         ``(release, SecureNoise("discrete_laplace", Delta_1^Z, t, grid))``.
     """
-    def too_small(delta: int) -> str:
-        return (f"epsilon must be >= Delta_1^Z / 2^20 = {delta / T_MAX:g} for this grid: the "
-                f"integer noise scale t = Delta_1^Z / epsilon (Delta_1^Z = {delta}) must be "
-                "<= 2^20; use a coarser grid")
-
     return _secure_release("discrete_laplace", key, value, grid, integer_sensitivity_l1,
                            sensitivity_l1, "l1 sensitivity", discrete_laplace_calibration,
-                           epsilon, too_small, _laplace_jit)
+                           epsilon, _laplace_too_small, _laplace_jit, noise_factor)
+
+
+
+
+def _secure_params(kind, value_size, grid, integer_sensitivity, sensitivity, what, calibration,
+                   budget, too_small, noise_factor) -> SecureNoise:
+    """Grid, integer sensitivity and noise parameter of a secure release (a host budget too
+    small for the sampler's range is an error)."""
+    g = _check_grid(grid)
+    factor = _check_noise_factor(noise_factor)
+    sens = integer_sensitivity(sensitivity, g, value_size)
+    _check_sensitivity_int(sens, what)
+    param = _calibrate(calibration, sens, budget)
+    if _concrete(param) is not None:  # a host budget: widen on the host too (errors raise)
+        with jax.ensure_compile_time_eval():
+            scale = _widen(kind, param, factor)
+    else:
+        scale = _widen(kind, param, factor)
+    if _concrete(scale) is not None and np.isnan(np.asarray(scale)):
+        raise ValueError(too_small(sens))
+    return SecureNoise(kind, sens, scale, g)
 
 
 def _secure_release(kind, key, value, grid, integer_sensitivity, sensitivity, what,
-                    calibration, budget, too_small, sampler) -> tuple[jax.Array, SecureNoise]:
-    """The shared body of the secure mechanisms: grid, integer sensitivity, noise scale (a
-    host budget too small for the sampler's range is an error), the release and what was done
-    (:func:`dpjax.mechanisms.secure_event` turns it into a privacy event)."""
-    g = _check_grid(grid)
-    sens = integer_sensitivity(sensitivity, g, _value_size(value))
-    _check_sensitivity_int(sens, what)
-    scale = _calibrate(calibration, sens, budget)
-    if _concrete(scale) is not None and np.isnan(np.asarray(scale)):
-        raise ValueError(too_small(sens))
-    return _release(key, value, g, scale, sampler), SecureNoise(kind, sens, scale, g)
+                    calibration, budget, too_small, sampler, noise_factor
+                    ) -> tuple[jax.Array, SecureNoise]:
+    """The shared body of the secure mechanisms: the noise parameter (:func:`_secure_params`),
+    the release and what was done (:func:`dpjax.mechanisms.secure_event` turns it into a
+    privacy event)."""
+    noise = _secure_params(kind, _value_size(value), grid, integer_sensitivity, sensitivity,
+                           what, calibration, budget, too_small, noise_factor)
+    return _release(key, value, noise.grid, noise.noise, sampler), noise
+
+
+def _laplace_too_small(delta: int) -> str:
+    return (f"epsilon must be >= Delta_1^Z / 2^20 = {delta / T_MAX:g} for this grid (times the "
+            f"noise factor): the integer noise scale t = Delta_1^Z / epsilon (Delta_1^Z = "
+            f"{delta}) must be <= 2^20; use a coarser grid")
+
+
+def _gaussian_too_small(delta_sq: int) -> str:
+    return (f"rho must be >= (Delta_2^Z)^2 / 2^41 = {delta_sq / (2 * SIGMA2_MAX):g} for this "
+            f"grid (times the squared noise factor): sigma^2 = (Delta_2^Z)^2 / (2 rho) "
+            f"((Delta_2^Z)^2 = {delta_sq}) must be <= 2^40; use a coarser grid")
+
+
+_SECURE_KINDS = {
+    "discrete_laplace": (integer_sensitivity_l1, "l1 sensitivity", discrete_laplace_calibration,
+                         _laplace_too_small),
+    "discrete_gaussian": (integer_sensitivity_l2_sq, "squared l2 sensitivity",
+                          discrete_gaussian_calibration, _gaussian_too_small),
+}
+
+
+def secure_noise_parameters(kind: str, size: int, sensitivity: float, budget: Any,
+                            grid: float, noise_factor: float = 1.0) -> SecureNoise:
+    r"""What :func:`secure_laplace_mechanism` (``kind="discrete_laplace"``, ``budget`` =
+    epsilon) or :func:`secure_gaussian_mechanism` (``"discrete_gaussian"``, ``budget`` = rho)
+    would use for a statistic of ``size`` entries, without drawing anything: the integer
+    sensitivity and the exact noise parameter (for planning a run's noise before it runs).
+    """
+    if kind not in _SECURE_KINDS:
+        raise ValueError(f"kind must be one of {sorted(_SECURE_KINDS)}; got {kind!r}")
+    integer_sensitivity, what, calibration, too_small = _SECURE_KINDS[kind]
+    return _secure_params(kind, _check_size(size), grid, integer_sensitivity, sensitivity, what,
+                          calibration, budget, too_small, noise_factor)
 
 
 def secure_gaussian_mechanism(
-    key: jax.Array, value: Any, sensitivity_l2: float, rho: Any, grid: float
+    key: jax.Array, value: Any, sensitivity_l2: float, rho: Any, grid: float,
+    noise_factor: float = 1.0,
 ) -> tuple[jax.Array, SecureNoise]:
     r"""Release ``value`` with ``rho``-zCDP through the grid and discrete Gaussian noise.
 
@@ -887,18 +975,17 @@ def secure_gaussian_mechanism(
         rho: ``> 0`` or ``inf`` (exactly zero noise); may be traced. A host ``rho`` is validated,
             including ``sigma^2 <= SIGMA2_MAX = 2^40``; a traced invalid one gives NaN.
         grid: the public grid step, a power of two.
+        noise_factor: a host number ``>= 1``: ``sigma`` is multiplied by it (``sigma^2`` by its
+            square, rounded up), so the release is ``rho / noise_factor^2``-zCDP or better
+            (default 1: exactly the calibration above).
 
     Returns:
         ``(release, SecureNoise("discrete_gaussian", (Delta_2^Z)^2, sigma^2, grid))``.
     """
-    def too_small(delta_sq: int) -> str:
-        return (f"rho must be >= (Delta_2^Z)^2 / 2^41 = {delta_sq / (2 * SIGMA2_MAX):g} for this "
-                f"grid: sigma^2 = (Delta_2^Z)^2 / (2 rho) ((Delta_2^Z)^2 = {delta_sq}) must be "
-                "<= 2^40; use a coarser grid")
-
     return _secure_release("discrete_gaussian", key, value, grid, integer_sensitivity_l2_sq,
                            sensitivity_l2, "squared l2 sensitivity",
-                           discrete_gaussian_calibration, rho, too_small, _gaussian_jit)
+                           discrete_gaussian_calibration, rho, _gaussian_too_small,
+                           _gaussian_jit, noise_factor)
 
 
 # --------------------------------------------------------------------------------------------

@@ -399,7 +399,10 @@ def local_gaussian_symmetric(
     ``M(x)`` only through the released coordinates even if ``value`` is not exactly symmetric.
 
     Privacy: (epsilon, delta)-LDP for ``epsilon <= 1``, local relation (one user's record
-    replaced), if ``Delta_F >= sup ||M(x) - M(x')||_F``. ``epsilon = inf``: no noise.
+    replaced), if ``Delta_F >= sup ||M(x) - M(x')||_F``. ``epsilon = inf``: no noise. Inside
+    :func:`~dpjax.mechanisms.secure_noise` the upper triangle is released through
+    :func:`~dpjax.mechanisms.gaussian_mechanism` (rounded to a grid, exact discrete Gaussian
+    noise) and mirrored; the event is then the discrete one.
 
     Args:
         key: PRNG key for this user.
@@ -419,6 +422,13 @@ def local_gaussian_symmetric(
         raise ValueError(f"local_gaussian_symmetric needs a (d, d) matrix; got {value.shape}")
     sigma = jnp.asarray(symmetric_gaussian_sigma(stat.sensitivity, epsilon, delta, log_constant),
                         value.dtype)
+    if _mechanisms.secure_active():  # exact: the upper triangle through the Gaussian mechanism
+        iu = jnp.triu_indices(value.shape[0])
+        upper = BoundedStatistic(value[iu], stat.sensitivity, "l2", "local",
+                                 stat.true_sensitivity)
+        noisy, event = gaussian_mechanism(key, upper, epsilon, delta, log_constant)
+        released = jnp.zeros_like(value).at[iu].set(noisy.astype(value.dtype))
+        return GaussianRelease(_mirror_upper(released), sigma, event)
     noise = symmetric_gaussian_noise(key, value.shape[0], sigma, value.dtype)
     return GaussianRelease(_mirror_upper(value) + noise, sigma,
                            _local_event(stat, sigma, delta, log_constant))
@@ -461,11 +471,16 @@ def local_gaussian_mean(
         epsilon: in ``(0, inf]``.
         delta: in ``(0, 1)``.
         symmetric: rows are symmetric ``(d, d)`` matrices with mirrored noise (static).
-        per_user: draw every user's noise (static).
+        per_user: draw every user's noise (static). Inside
+            :func:`~dpjax.mechanisms.secure_noise` (``secure=True``) every user's report is
+            exact discrete noise on a grid, whatever ``per_user`` says: the aggregate shortcut
+            has no exact counterpart (a sum of discrete Gaussians is not one).
         log_constant: ``c`` of the classic calibration.
 
     Returns:
-        :class:`GaussianMeanRelease` ``(average, sigma, sigma / sqrt(n))``.
+        :class:`GaussianMeanRelease` ``(average, sigma, sigma / sqrt(n))`` (``sigma``: the
+        default path's calibration; on the secure path the event records the discrete noise
+        drawn, in grid units).
     """
     _require_local_l2(stat, "local_gaussian_mean")
     values = jnp.asarray(stat.value)
@@ -477,6 +492,9 @@ def local_gaussian_mean(
     calibrate = symmetric_gaussian_sigma if symmetric else local_gaussian_sigma
     sigma = jnp.asarray(calibrate(stat.sensitivity, epsilon, delta, log_constant), values.dtype)
     sigma_mean = jnp.asarray(aggregate_sigma(sigma, n), values.dtype)
+    if _mechanisms.secure_active():
+        value, event = _secure_gaussian_mean(key, stat, epsilon, delta, symmetric, log_constant)
+        return GaussianMeanRelease(value, sigma, sigma_mean, event)
     if per_user:
         release = local_gaussian_symmetric if symmetric else local_gaussian
 
@@ -495,6 +513,34 @@ def local_gaussian_mean(
         noise = _mechanisms.gaussian_noise(key, mean.shape, sigma_mean, values.dtype)
     return GaussianMeanRelease(mean + noise, sigma, sigma_mean,
                                _local_event(stat, sigma, delta, log_constant))
+
+
+def _secure_gaussian_mean(key: jax.Array, stat: BoundedStatistic, epsilon: Any, delta: Any,
+                          symmetric: bool, log_constant: float) -> tuple[jax.Array, PrivacyEvent]:
+    """The secure path of :func:`local_gaussian_mean`: user ``i`` releases its coordinates
+    (the upper triangle, diagonal included, when ``symmetric``: the coordinates the mirrored
+    noise is calibrated on, range at most ``Delta_F``) through
+    :func:`~dpjax.mechanisms.gaussian_mechanism` with its own key ``split(key, n)[i]`` -- inside
+    :func:`~dpjax.mechanisms.secure_noise` the rounded coordinates plus exact discrete Gaussian
+    noise at the same budget (:func:`~dpjax.mechanisms.local_mechanism`). The server's average
+    (and the mirror) is post-processing of the users' integer reports."""
+    values = jnp.asarray(stat.value)
+    n = values.shape[0]
+    if symmetric:
+        d = values.shape[1]
+        iu = jnp.triu_indices(d)
+        rows = values[:, iu[0], iu[1]]
+    else:
+        rows = values.reshape(n, -1)
+    reports, event = _mechanisms.local_mechanism(
+        key, BoundedStatistic(rows, stat.sensitivity, "l2", "local", stat.true_sensitivity),
+        gaussian_mechanism, epsilon, delta, log_constant)
+    mean = jnp.mean(reports, axis=0)
+    if symmetric:
+        mean = _mirror_upper(jnp.zeros((d, d), mean.dtype).at[iu].set(mean))
+    else:
+        mean = mean.reshape(values.shape[1:])
+    return mean, event
 
 
 # --------------------------------------------------------------------------------------------
@@ -753,6 +799,11 @@ def local_gaussian_aggregate(
 
     Returns:
         :class:`GaussianMeanRelease`; its event is one user's release.
+
+    No floating-point-safe path: it draws the noise of the users' average from the average, so
+    there are no per-user reports to make exact (and a sum of discrete Gaussians is not one).
+    Inside :func:`~dpjax.mechanisms.secure_noise` it raises; the estimators then take
+    :func:`local_gaussian_mean`'s per-user path.
     """
     _require_local_l2(mean, "local_gaussian_aggregate")
     value = jnp.asarray(mean.value)

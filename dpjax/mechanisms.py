@@ -73,6 +73,10 @@ __all__ = [
     "gaussian_sigma",
     "gaussian_noise",
     "secure_noise",
+    "secure_active",
+    "secure_event",
+    "PlannedEvent",
+    "SECURE_KINDS",
     "gaussian_sigma_classic",
     "gaussian_sigma_zcdp",
     "hard_threshold",
@@ -756,7 +760,7 @@ def _release(key: jax.Array, stat: BoundedStatistic, norm: str, mechanism: str, 
     scale; inside :func:`secure_noise`, the floating-point-safe release of the same budget."""
     _require_norm(stat, norm, mechanism)
     if _SECURE.get() is not None:
-        return _secure_release(key, stat, scale, kind)
+        return _secure_release(key, stat, scale, kind, **event)
     scale = scale(stat.sensitivity)
     value = jnp.asarray(stat.value)
     noisy = value + noise(key, value.shape, scale, value.dtype)
@@ -764,14 +768,29 @@ def _release(key: jax.Array, stat: BoundedStatistic, norm: str, mechanism: str, 
 
 
 # --------------------------------------------------------------------------------------------
-# The floating-point-safe path (issue 17): the same budgets through dpjax.discrete_noise
+# The floating-point-safe path: the same budgets through dpjax.discrete_noise
 # --------------------------------------------------------------------------------------------
 
-_SECURE: contextvars.ContextVar[Any] = contextvars.ContextVar("dpjax_secure_noise", default=None)
+
+class _SecureMode(NamedTuple):
+    grid: float | None  # the public grid step; None: per release (see secure_noise)
+    noise_factor: float  # kappa >= 1: every discrete noise parameter is kappa times the carried one
+    plan: bool  # plan only: compute each release's noise parameter, draw nothing
+
+
+_SECURE: contextvars.ContextVar[_SecureMode | None] = contextvars.ContextVar(
+    "dpjax_secure_noise", default=None)
+
+#: the event kinds a secure run may release through: exact as implemented
+SECURE_KINDS: tuple[str, ...] = ("discrete-laplace", "discrete-gaussian", "discrete-noisy-ht",
+                                 "ldp-randomizer", "none")
+#: the secure kinds whose noise the noise factor scales (exact peeling's scale is solved for its
+#: own composition on the grid: never below the float path's, see noisy_hard_threshold)
+NOISE_FACTOR_KINDS: tuple[str, ...] = ("discrete-laplace", "discrete-gaussian")
 
 
 @contextlib.contextmanager
-def secure_noise(grid: float | None = None):
+def secure_noise(grid: float | None = None, *, noise_factor: float = 1.0):
     """Inside this block, :func:`laplace_mechanism`, :func:`gaussian_mechanism` and
     :func:`gaussian_mechanism_zcdp` release through :mod:`dpjax.discrete_noise`: the statistic
     is rounded to a public grid and exact integer noise is added (discrete Laplace for Laplace,
@@ -780,12 +799,19 @@ def secure_noise(grid: float | None = None):
     permute-and-flip on the rounded scores and releases with discrete Laplace noise (see its
     docstring). Every other noise draw raises.
 
-    Budgets carry over: the Laplace mechanism at ``epsilon`` becomes the discrete Laplace at
-    ``epsilon`` (pure DP); a Gaussian mechanism whose scale is ``sigma`` for sensitivity
-    ``Delta`` becomes the discrete Gaussian at ``rho = (Delta / sigma)^2 / 2`` (zCDP, Canonne,
-    Kamath & Steinke 2020, Thm 4/14), for the integer sensitivity of the rounded statistic
-    (slightly larger than ``Delta``, so the noise is slightly larger, never smaller). The
-    events are discrete ones and the ledger composes them (zCDP for the Gaussian ones).
+    Budgets carry over, then the noise is multiplied by ``noise_factor``: the Laplace mechanism
+    at ``epsilon`` becomes the discrete Laplace at ``epsilon / noise_factor`` (pure DP); a
+    Gaussian mechanism whose scale is ``sigma`` for sensitivity ``Delta`` becomes the discrete
+    Gaussian at ``rho = (Delta / sigma)^2 / (2 noise_factor^2)`` (zCDP, Canonne, Kamath &
+    Steinke 2020, Thm 4/14), for the integer sensitivity of the rounded statistic (slightly
+    larger than ``Delta``, so the noise is slightly larger, never smaller). The events are
+    discrete ones (:func:`secure_event`).
+
+    With ``noise_factor = 1`` a Gaussian mechanism calibrated for (epsilon, delta) on the exact
+    Gaussian curve keeps its rho, and rho-zCDP converted to (epsilon, delta) is looser than
+    that curve: the release then proves a larger epsilon than requested. :func:`dpjax.fit`
+    with ``secure=True`` therefore solves, before the run, the smallest factor with which its
+    ledger delivers the request, and passes it here.
 
     Needs concrete values (a single release run eagerly, :func:`dpjax.fit` with
     ``secure=True``), not a jitted or vmapped sweep: the integer sensitivity is computed exactly
@@ -796,16 +822,57 @@ def secure_noise(grid: float | None = None):
             two at most ``Delta / (64 sqrt(d))`` (rounding then adds at most ~1.6% to the
             l2 sensitivity); for peeling, at most ``Delta_inf / 1024``, coarser where the
             scale would leave the discrete Laplace's range (see :func:`noisy_hard_threshold`).
+        noise_factor: ``kappa >= 1``, a host number (default 1: the budgets carried over as
+            they are); it scales the Laplace and Gaussian noise, not peeling's (whose
+            composition is solved exactly on the grid).
     """
-    if grid is not None:
-        from dpjax import discrete_noise
+    from dpjax import discrete_noise
 
+    if grid is not None:
         grid = discrete_noise._check_grid(grid)
-    token = _SECURE.set("auto" if grid is None else grid)
+    mode = _SecureMode(grid, discrete_noise._check_noise_factor(noise_factor), False)
+    token = _SECURE.set(mode)
     try:
         yield
     finally:
         _SECURE.reset(token)
+
+
+@contextlib.contextmanager
+def _secure_plan(grid: float | None = None):
+    """Like :func:`secure_noise` (factor 1), but a release draws nothing: it returns the
+    statistic rounded to its grid and a :class:`PlannedEvent` (what the secure release would
+    do, and the event the default path would record). For planning a secure run."""
+    from dpjax import discrete_noise
+
+    if grid is not None:
+        grid = discrete_noise._check_grid(grid)
+    token = _SECURE.set(_SecureMode(grid, 1.0, True))
+    try:
+        yield
+    finally:
+        _SECURE.reset(token)
+
+
+def secure_active() -> bool:
+    """Whether the mechanisms release through the floating-point-safe path
+    (inside :func:`secure_noise`, e.g. in :func:`dpjax.fit` with ``secure=True``)."""
+    return _SECURE.get() is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedEvent(PrivacyEvent):
+    """The event of a planned secure release (noise factor 1; nothing drawn), with the event
+    the default floating-point path records for the same call (``float_event``)."""
+
+    float_event: Any = None
+
+
+jax.tree_util.register_dataclass(
+    PlannedEvent, data_fields=["sensitivity", "scale", "true_sensitivity", "delta",
+                               "float_event"],
+    meta_fields=["kind", "norm", "relation", "s", "log_constant", "calibration"],
+)
 
 
 def _require_float_path(what: str) -> None:
@@ -822,10 +889,11 @@ def _auto_grid(sensitivity: float, size: int) -> float:
     return 2.0 ** min(max(e, -64), 64)
 
 
-def _secure_release(key: jax.Array, stat: BoundedStatistic, scale: Any, kind: str
-                    ) -> tuple[jax.Array, PrivacyEvent]:
+def _secure_release(key: jax.Array, stat: BoundedStatistic, scale: Any, kind: str,
+                    **float_event: Any) -> tuple[jax.Array, PrivacyEvent]:
     from dpjax import discrete_noise as dn
 
+    mode = _SECURE.get()
     try:
         sens, true = float(stat.sensitivity), float(stat.true)
     except jax.errors.ConcretizationTypeError:
@@ -837,37 +905,80 @@ def _secure_release(key: jax.Array, stat: BoundedStatistic, scale: Any, kind: st
         raise ValueError(f"secure=True needs a finite positive sensitivity; got {sens:g} "
                          "(a private fit: finite epsilon or rho, finite clipping)")
     value = jnp.asarray(stat.value)
-    grid = _SECURE.get()
-    grid = _auto_grid(sens, value.size) if grid == "auto" else grid
+    size = int(value.size)
+    grid = _auto_grid(sens, size) if mode.grid is None else mode.grid
     sc = float(scale(sens))
     ratio = math.inf if sc == 0 else sens / sc  # epsilon or sqrt(2 rho); inf: no noise
     if kind == "laplace":
-        released, noise = dn.secure_laplace_mechanism(key, value, sens, ratio, grid)
-        true_int = (float(dn.integer_sensitivity_l1(true, grid, value.size))
-                    if math.isfinite(true) else math.inf)
+        dkind, budget = "discrete_laplace", ratio
+        true_int = dn.integer_sensitivity_l1(true, grid, size) if math.isfinite(true) else math.inf
     else:
-        released, noise = dn.secure_gaussian_mechanism(key, value, sens, 0.5 * ratio**2, grid)
-        true_int = (math.sqrt(dn.integer_sensitivity_l2_sq(true, grid, value.size))
-                    if math.isfinite(true) else math.inf)
-    event = secure_event(noise, stat.relation)
-    event = dataclasses.replace(event, true_sensitivity=jnp.asarray(true_int, jnp.float32))
+        dkind, budget = "discrete_gaussian", 0.5 * ratio**2
+        true_int = (dn.integer_sensitivity_l2_sq(true, grid, size) if math.isfinite(true)
+                    else math.inf)
+    if mode.plan:  # nothing is drawn: the rounded statistic and the noise it would get
+        noise = dn.secure_noise_parameters(dkind, size, sens, budget, grid)
+        released = dn.to_grid(value, grid).astype(jnp.asarray(0.0).dtype) * grid
+    elif kind == "laplace":
+        released, noise = dn.secure_laplace_mechanism(key, value, sens, budget, grid,
+                                                      mode.noise_factor)
+    else:
+        released, noise = dn.secure_gaussian_mechanism(key, value, sens, budget, grid,
+                                                       mode.noise_factor)
+    event = secure_event(noise, stat.relation, true_int)
+    if mode.plan:
+        fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(PrivacyEvent)}
+        event = PlannedEvent(**fields, float_event=_event(kind, stat, scale(stat.sensitivity),
+                                                          **float_event))
     return released.astype(value.dtype), event
 
 
-def secure_event(noise: Any, relation: str = "replace-one") -> PrivacyEvent:
+def _f32_sqrt(m: Any, up: bool) -> np.float32:
+    """The float32 nearest ``sqrt(m)`` on the safe side (``m`` an exact integer or float32):
+    at least the root if ``up``, at most it otherwise."""
+    from fractions import Fraction
+
+    exact = Fraction(m) if not isinstance(m, np.floating) else Fraction(float(m))
+    v = np.float32(math.sqrt(float(exact)))
+    step = np.float32(np.inf if up else -np.inf)
+    while (Fraction(float(v)) ** 2 < exact) if up else (Fraction(float(v)) ** 2 > exact):
+        v = np.nextafter(v, step)
+    return v
+
+
+def secure_event(noise: Any, relation: str = "replace-one", true_sensitivity: Any = None
+                 ) -> PrivacyEvent:
     """A secure release (:class:`dpjax.discrete_noise.SecureNoise`) as a
     :class:`PrivacyEvent` (sensitivity in grid units), so :mod:`dpjax.accounting` composes it
     with the others: the discrete Laplace gives ``Delta_1 / t``-DP, the discrete Gaussian
-    ``Delta_2^2 / (2 sigma^2)``-zCDP. (Built here, not in :mod:`dpjax.discrete_noise`, which
-    imports nothing from this module.)"""
-    scale = jnp.asarray(noise.noise, jnp.float32)
+    ``Delta_2^2 / (2 sigma^2)``-zCDP. ``true_sensitivity`` (default: the sensitivity) is in the
+    units of ``noise.sensitivity`` (squared for the Gaussian). Concrete values are stored on
+    the safe side of float32 (sensitivities rounded up, the Gaussian's ``sigma`` down), so the
+    ledger never reads a weaker noise than the one used. (Built here, not in
+    :mod:`dpjax.discrete_noise`, which imports nothing from this module.)"""
+    true = noise.sensitivity if true_sensitivity is None else true_sensitivity
+    param = noise.noise
+    try:
+        param = np.float32(np.asarray(param))
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        param = None
     if noise.kind == "discrete_laplace":
-        sens, kind, norm = float(noise.sensitivity), "discrete-laplace", "l1"
+        kind, norm = "discrete-laplace", "l1"
+        sens, tr = np.float32(noise.sensitivity), np.float32(true)  # integers <= 2^24: exact
+        scale = jnp.asarray(noise.noise, jnp.float32) if param is None else param
     else:
-        sens, scale = math.sqrt(noise.sensitivity), jnp.sqrt(scale)
         kind, norm = "discrete-gaussian", "l2"
-    sens = jnp.asarray(sens, jnp.float32)
-    return PrivacyEvent(kind, sens, scale, sens, jnp.zeros((), jnp.float32), norm, relation)
+        sens = _f32_sqrt(noise.sensitivity, up=True)
+        tr = np.float32(np.inf) if math.isinf(true) else _f32_sqrt(true, up=True)
+        if param is None:
+            scale = jnp.sqrt(jnp.asarray(noise.noise, jnp.float32))
+        elif np.isfinite(param) and param > 0:
+            scale = _f32_sqrt(param, up=False)
+        else:
+            scale = np.sqrt(param)  # 0 (no noise) or NaN
+    f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    return PrivacyEvent(kind, f(sens), f(scale), f(tr), jnp.zeros((), jnp.float32), norm,
+                        relation)
 
 
 def laplace_mechanism(
@@ -1048,6 +1159,7 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
         raise ValueError(f"peeling needs epsilon > 0 and delta in (0, 1); got epsilon = "
                          f"{eps:g}, delta = {dl:g}")
     v = jnp.asarray(stat.value)
+    out_dtype = jnp.asarray(0.0).dtype  # float64 under x64, else float32
     # float32 (float64 under x64), as the float path's events: Delta^Z <= 2^24 and b^Z (a
     # float32) are exact in both
     fl = lambda x: jnp.asarray(x, jnp.result_type(float))  # noqa: E731
@@ -1057,8 +1169,8 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
         event = PrivacyEvent("discrete-noisy-ht", fl(sens), fl(0.0), fl(true), fl(dl),
                              "linf", stat.relation, s)
         return Peeled(top.value, top.support, event)
-    grid = _SECURE.get()
-    grid = _peeling_grid(sens, multiplier) if grid == "auto" else grid
+    mode = _SECURE.get()
+    grid = _peeling_grid(sens, multiplier) if mode.grid is None else mode.grid
     sens_int = dn.integer_sensitivity_linf(sens, grid)
     dn._check_sensitivity_int(sens_int, "l-infinity sensitivity")
     true_int = dn.integer_sensitivity_linf(true, grid) if math.isfinite(true) else math.inf
@@ -1066,17 +1178,23 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
     if float(true_f32) < true_int:  # above 2^24: round up, never below the true bound
         true_f32 = np.nextafter(true_f32, np.float32(np.inf))
     b = dn.peeling_scale_used(sens_int, multiplier)
+    event = PrivacyEvent("discrete-noisy-ht", fl(sens_int), fl(b), fl(true_f32), fl(dl),
+                         "linf", stat.relation, s)
+    if mode.plan:  # nothing is drawn: the exact top-s of the rounded statistic and the event
+        top = hard_threshold(dn.to_grid(v, grid).astype(out_dtype) * grid, s)
+        fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(PrivacyEvent)}
+        float_event = _event("noisy-ht", stat, peeling_scale(stat.sensitivity, s, epsilon, delta),
+                             delta, s)
+        return Peeled(top.value.astype(v.dtype), top.support,
+                      PlannedEvent(**fields, float_event=float_event))
     key_select, key_release = jax.random.split(key)
     k = np.asarray(dn.to_grid(v, grid), np.int64)
     support = dn.peeling_selection(key_select, np.abs(k), s, b)
     z = np.asarray(dn.discrete_laplace(key_release, (s,), b), np.int64)
-    out_dtype = jnp.asarray(0.0).dtype  # float64 under x64, else float32
     # grid * (exact integer k_S + Z): post-processing of the exact release
     released = np.zeros(v.shape, np.float64)
     released[support] = (k[support] + z).astype(np.float64) * grid
     value = jnp.asarray(released.astype(out_dtype)).astype(v.dtype)
-    event = PrivacyEvent("discrete-noisy-ht", fl(sens_int), fl(b), fl(true_f32), fl(dl),
-                         "linf", stat.relation, s)
     return Peeled(value, jnp.asarray(support, jnp.int32), event)
 
 

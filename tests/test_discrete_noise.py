@@ -463,3 +463,39 @@ def test_secure_releases_enter_the_ledger_as_privacy_events(key):
     led = Ledger.build("toy", [r_lap, r_gau], "zcdp", delta=1e-6)
     assert led.guarantee.rho == pytest.approx(0.5 * lap.guarantee() ** 2 + gau.guarantee(),
                                               rel=1e-6)
+
+
+# ---- the noise factor of a secure fit ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, budget, power", [("discrete_laplace", 0.8, 1),
+                                                 ("discrete_gaussian", 0.3, 2)])
+def test_noise_factor_widens_the_parameter_never_below_the_exact_product(key, kind, budget,
+                                                                         power):
+    g, sens, size = 2.0**-5, 0.7, 3
+    base = dn.secure_noise_parameters(kind, size, sens, budget, g)
+    for factor in (1.0, 1.0813, 1.5, 3.7):
+        sn = dn.secure_noise_parameters(kind, size, sens, budget, g, noise_factor=factor)
+        exact = Fraction(float(base.noise)) * Fraction(factor) ** power
+        assert Fraction(float(sn.noise)) >= exact  # never less noise than kappa times
+        assert float(sn.noise) == pytest.approx(float(exact), rel=2**-18)
+        assert sn.sensitivity == base.sensitivity
+        # the guarantee read off the parameter used: the budget shrinks by kappa (squared)
+        assert sn.guarantee() <= budget / factor**power * (1 + 1e-6)
+    # the mechanism uses exactly the planned parameter
+    mech = dn.secure_laplace_mechanism if kind == "discrete_laplace" else \
+        dn.secure_gaussian_mechanism
+    _, info = mech(key, jnp.zeros(size), sens, budget, g, noise_factor=1.0813)
+    planned = dn.secure_noise_parameters(kind, size, sens, budget, g, noise_factor=1.0813)
+    assert float(info.noise) == float(planned.noise)
+
+
+def test_noise_factor_is_checked():
+    for bad in (0.5, float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match="noise_factor"):
+            dn.secure_noise_parameters("discrete_gaussian", 3, 1.0, 0.5, 1.0, noise_factor=bad)
+    with pytest.raises(ValueError, match="2\\^40; use a coarser grid"):  # beyond the range
+        dn.secure_noise_parameters("discrete_gaussian", 1, 1.0, 1e-3, 2.0**-10,
+                                   noise_factor=2.0**12)
+    with pytest.raises(ValueError, match="kind"):
+        dn.secure_noise_parameters("gaussian", 3, 1.0, 0.5, 1.0)

@@ -123,7 +123,7 @@ def _problems():
 
 PROBLEMS = _problems()
 # the private fits whose releases have no floating-point-safe path yet: secure=True raises
-NO_SECURE_PATH = {"ldp_sparse.fit_nldp"}
+NO_SECURE_PATH: set[str] = set()
 # fits whose ledger is not private although they take a budget: the paper-literal Algorithm 3
 NOT_DP_AS_CLAIMED = {"dp_iv.fit_dp_2s_gd_beta_only"}
 

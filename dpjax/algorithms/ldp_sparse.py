@@ -71,7 +71,14 @@ from dpjax.local_randomizers import (
     outer_product_range,
     symmetric_gaussian_sigma,
 )
-from dpjax.mechanisms import BoundedStatistic, PrivacyEvent, clip_l2, clip_linf, local_mechanism
+from dpjax.mechanisms import (
+    BoundedStatistic,
+    PrivacyEvent,
+    clip_l2,
+    clip_linf,
+    local_mechanism,
+    secure_active,
+)
 
 __all__ = [
     "IHTHyperparams",
@@ -300,6 +307,7 @@ def heavy_tailed_hparams(n: int, d: int, epsilon: float, delta: float, p: float,
 def _nldp_reports(key, x, y, hp, d, per_user, cov):
     """One chunk of users' two averaged releases (values and events), per user or aggregate."""
     m = x.shape[0]
+    per_user = per_user or secure_active()  # exact reports are every user's own
     key_cov, key_xy = jax.random.split(key)
     eps_half, delta_half = hp.epsilon / 2, hp.delta / 2
     x_clip = clip_l2(x, hp.r)  # ||x~|| <= r
@@ -454,8 +462,11 @@ def fit_nldp(
         num_chunks, per_user, cov: as :func:`nldp`.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
             :func:`dpjax._validate.check_on_invalid`).
-        secure: the floating-point-safe noise path; Algorithm 1's local Gaussian reports have
-            none yet, so ``secure=True`` raises (see :func:`dpjax.fit`).
+        secure: the floating-point-safe noise path for a real release (see :func:`dpjax.fit`):
+            every user's two reports are its statistics rounded to a public grid plus exact
+            discrete Gaussian noise (drawn per user, whatever ``per_user`` says), calibrated so
+            that the secure ledger (zCDP per user, converted by CKS) delivers each user's
+            (epsilon, delta); the users' reports then run eagerly, slower than the default.
 
     Returns:
         :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) is each user's
@@ -556,7 +567,7 @@ def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
         prods = clip_linf(x, hp.tau1) * clip_linf(y, hp.tau2)[:, None]
         range_xy = cross_range(d, hp.tau1, hp.tau2)
         eps, delta = hp.epsilon * share, hp.delta * share
-        if per_user:
+        if per_user or secure_active():  # exact reports are every user's own
             rel = local_gaussian_mean(key, BoundedStatistic(prods, range_xy, "l2", "local"),
                                       eps, delta, per_user=True)
         else:
