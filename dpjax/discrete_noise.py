@@ -283,6 +283,206 @@ class _State(NamedTuple):
     out: jax.Array  # int32
 
 
+class _Phases(NamedTuple):
+    """Per-lane masks: the phase each lane is in."""
+
+    is_draw: jax.Array
+    is_b: jax.Array
+    is_l: jax.Array
+    is_acc: jax.Array
+    in_job: jax.Array  # B, L or ACCEPT: running a product of Bernoulli(exp(-gamma)) trials
+    unit: jax.Array  # the job is still in its gamma = 1 trials
+
+
+def _phases(c: _State) -> _Phases:
+    """The phase masks, named once so that every part of a step reads the same lanes."""
+    ph = c.phase
+    is_draw, is_b, is_l = ph == _PH_DRAW, ph == _PH_B, ph == _PH_L
+    is_acc = ph == _PH_ACCEPT
+    in_job = is_b | is_l | is_acc
+    return _Phases(is_draw, is_b, is_l, is_acc, in_job, in_job & (c.units > 0))
+
+
+def _trial(
+    prop: _Proposal, acc: _Accept | None, c: _State, m: _Phases, words: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """One CKS Algorithm 1 step per lane: the uniforms ``u0``, ``u1`` (``DRAW`` reads them too),
+    ``success`` with probability ``(a0/d0) (1/K) [(a2/d2) (a3/d3)]`` set by the phase, and
+    ``ok`` (false: some word fell in its rejection zone, and the lane retries)."""
+    one = jnp.ones_like(c.k)
+    denom = jnp.left_shift(c.n_rep, acc.h) if acc is not None else one  # N 2^h
+    a0 = jnp.where(
+        m.unit, one, jnp.where(m.is_b, c.b * prop.q, jnp.where(m.is_l, prop.rem, c.dist))
+    )
+    d0 = jnp.where(m.is_draw, 2 * prop.block, jnp.where(m.is_acc, denom, prop.p))
+    d0 = jnp.where(m.unit, one, d0)
+    d1 = jnp.where(m.is_draw, prop.p, jnp.where(m.in_job, c.k, one))
+    u0, ok = _uniform(words[0], d0)
+    u1, ok1 = _uniform(words[1], d1)
+    ok = ok & ok1
+    success = (u0 < a0) & (u1 == 0)
+    if acc is not None:
+        main_acc = m.is_acc & ~m.unit
+        u2, ok2 = _uniform(words[2], jnp.where(main_acc, denom, one))
+        u3, ok3 = _uniform(words[3], jnp.where(main_acc, acc.kappa_den, one))
+        ok = ok & ok2 & ok3
+        success = success & (u2 < jnp.where(main_acc, c.dist, one))
+        success = success & (u3 < jnp.where(main_acc, acc.kappa_num, one))
+    return u0, u1, ok, success
+
+
+class _Draw(NamedTuple):
+    """What ``DRAW`` drew."""
+
+    start: jax.Array  # the lane drew (DRAW and no retry)
+    b: jax.Array  # B ~ U{0..L-1}
+    sign: jax.Array  # 1 = negative
+    first_step: jax.Array  # the first Algorithm-1 step for exp(-B/t) succeeded
+
+
+def _draw(prop: _Proposal, m: _Phases, u0: jax.Array, u1: jax.Array, ok: jax.Array) -> _Draw:
+    """``DRAW``: ``B`` and the sign from one uniform on ``{0..2L-1}``, and the first
+    Algorithm-1 step for ``exp(-B/t)`` from the second word."""
+    b_new = u0 % prop.block
+    first_step = u1 < b_new * prop.q  # Bernoulli(B q / p)
+    return _Draw(m.is_draw & ok, b_new, u0 // prop.block, first_step)
+
+
+class _Job(NamedTuple):
+    """A job's counters after this step, and whether it ended."""
+
+    ok: jax.Array  # the product of trials ended in success
+    fail: jax.Array  # ... in failure
+    units: jax.Array
+    k: jax.Array
+    i: jax.Array
+    j: jax.Array
+
+
+def _job_progress(
+    prop: _Proposal, c: _State, m: _Phases, ok: jax.Array, success: jax.Array
+) -> _Job:
+    """CKS Algorithm 1 bookkeeping for the lanes in a job: advance the counter ``K`` and the
+    trial counters, and say which jobs ended in success or failure."""
+    one = jnp.ones_like(c.k)
+    live = m.in_job & ok
+    stop = live & ~success
+    odd = jnp.bitwise_and(c.k, 1) == 1
+    passed = stop & odd
+    job_fail = stop & ~odd
+    unit_pass = passed & m.unit
+    units = jnp.where(unit_pass, c.units - 1, c.units)
+    main = passed & ~m.unit
+    j1 = c.j + 1
+    wrap = j1 == c.n_rep
+    job_ok = (main & wrap & (c.i + 1 == c.n_rep)) | (
+        unit_pass & (units == 0) & m.is_l & (prop.rem == 0)  # no fractional part left
+    )
+    k_after_stop = jnp.where(unit_pass & (units > 0), jnp.uint32(2), one)  # K=1 is sure for gamma=1
+    k = jnp.where(live & success, c.k + 1, jnp.where(stop, k_after_stop, c.k))
+    j = jnp.where(main, jnp.where(wrap, 0, j1), c.j)
+    i = jnp.where(main & wrap, c.i + 1, c.i)
+    return _Job(job_ok, job_fail, units, k, i, j)
+
+
+class _Moves(NamedTuple):
+    """Each lane's transition this step, and what it carries into the next phase."""
+
+    to_b: jax.Array
+    b_ok: jax.Array  # B accepted: on to L
+    l_again: jax.Array  # one more whole block
+    a_next: jax.Array  # A + 1
+    restart: jax.Array
+    to_acc: jax.Array
+    finish: jax.Array
+    proposed: jax.Array  # a signed proposal y was formed
+    y: jax.Array
+    dist: jax.Array
+    n_rep: jax.Array
+    out: jax.Array
+
+
+def _laplace_moves(prop: _Proposal, c: _State, m: _Phases, draw: _Draw, job: _Job) -> _Moves:
+    """The discrete Laplace's transitions: ``B`` accepted (on to ``L``) or redrawn, one more
+    block or the signed proposal ``y = +-(A L + B)``, which is the output (``-0`` and more than
+    ``a_max`` blocks restart)."""
+    to_b = draw.start & draw.first_step
+    b_ok = (m.is_b & job.ok) | (draw.start & ~draw.first_step)
+    b_fail = m.is_b & job.fail
+    l_ok, l_fail = m.is_l & job.ok, m.is_l & job.fail
+    a_next = c.count + 1
+    truncated = l_ok & (a_next > prop.a_max)
+    l_again = l_ok & ~truncated
+    g = c.count * prop.block.astype(jnp.int32) + c.b.astype(jnp.int32)
+    negative = c.sign == 1
+    minus_zero = l_fail & negative & (g == 0)
+    y_new = jnp.where(negative, -g, g)
+    proposed = l_fail & ~minus_zero
+    return _Moves(
+        to_b=to_b,
+        b_ok=b_ok,
+        l_again=l_again,
+        a_next=a_next,
+        restart=b_fail | truncated | minus_zero,
+        to_acc=jnp.zeros_like(draw.start),
+        finish=proposed,
+        proposed=proposed,
+        y=y_new,
+        dist=c.dist,
+        n_rep=c.n_rep,
+        out=jnp.where(proposed, y_new, c.out),
+    )
+
+
+def _acceptance_moves(acc: _Accept, c: _State, m: _Phases, job: _Job, mv: _Moves) -> _Moves:
+    """The discrete Gaussian's test on the Laplace proposal: ``y`` at distance ``P > 0`` from
+    ``mu`` enters ``ACCEPT`` with ``N = max(1, ceil(x))`` (``P = 0``: accepted at once); the
+    test's end outputs ``y`` or restarts."""
+    one = jnp.ones_like(c.k)
+    abs_y = jnp.abs(mv.y).astype(jnp.uint32)
+    scaled = jnp.left_shift(abs_y, acc.shift)
+    dist_new = jnp.where(scaled >= acc.mu, scaled - acc.mu, acc.mu - scaled)
+    half = jnp.left_shift(jnp.uint32(1), acc.h) - 1
+    n_new = jnp.maximum(one, jnp.right_shift(dist_new + half, acc.h))
+    accepted = (m.is_acc & job.ok) | (mv.proposed & (dist_new == 0))  # gamma = 0: accept
+    return mv._replace(
+        restart=mv.restart | (m.is_acc & job.fail),
+        to_acc=mv.proposed & (dist_new > 0),
+        finish=accepted,
+        dist=dist_new,
+        n_rep=n_new,
+        out=jnp.where(m.is_acc & job.ok, c.y, jnp.where(accepted, mv.y, c.out)),
+    )
+
+
+def _next_state(prop: _Proposal, c: _State, draw: _Draw, job: _Job, mv: _Moves) -> _State:
+    """The lanes' new phases and registers; a lane entering a phase starts a fresh job."""
+    one = jnp.ones_like(c.k)
+    to_l = mv.b_ok | mv.l_again
+    phase = jnp.where(mv.to_b, _PH_B, c.phase)
+    phase = jnp.where(to_l, _PH_L, phase)
+    phase = jnp.where(mv.restart, _PH_DRAW, phase)
+    phase = jnp.where(mv.to_acc, _PH_ACCEPT, phase)
+    phase = jnp.where(mv.finish, _PH_DONE, phase)
+    entering = mv.to_b | to_l | mv.restart | mv.to_acc | mv.finish
+    k_enter = jnp.where(mv.to_b | (to_l & (prop.units > 0)), jnp.uint32(2), one)
+    return _State(
+        key=c.key,
+        phase=phase,
+        b=jnp.where(draw.start, draw.b, c.b),
+        sign=jnp.where(draw.start, draw.sign, c.sign),
+        count=jnp.where(mv.b_ok | mv.restart, 0, jnp.where(mv.l_again, mv.a_next, c.count)),
+        k=jnp.where(entering, k_enter, job.k),
+        units=jnp.where(to_l, prop.units, jnp.where(entering, 0, job.units)),
+        i=jnp.where(entering, 0, job.i),
+        j=jnp.where(entering, 0, job.j),
+        n_rep=jnp.where(mv.to_acc, mv.n_rep, jnp.where(entering, one, c.n_rep)),
+        dist=jnp.where(mv.to_acc, mv.dist, c.dist),
+        y=jnp.where(mv.proposed, mv.y, c.y),
+        out=mv.out,
+    )
+
+
 def _step(prop: _Proposal, acc: _Accept | None, c: _State, words: jax.Array) -> _State:
     """One random step for every lane (``words``: 2 uniform 32-bit words per lane, 4 for the
     Gaussian).
@@ -300,110 +500,14 @@ def _step(prop: _Proposal, acc: _Accept | None, c: _State, words: jax.Array) -> 
     at counter ``K`` succeeds with probability ``(a0/d0) (1/K) [(a2/d2) (a3/d3)]``. A retry
     (some word in its rejection zone) leaves the lane unchanged.
     """
-    u32 = jnp.uint32
-    ph = c.phase
-    is_draw, is_b, is_l = ph == _PH_DRAW, ph == _PH_B, ph == _PH_L
-    is_acc = ph == _PH_ACCEPT
-    in_job = is_b | is_l | is_acc
-    unit = in_job & (c.units > 0)
-    one = jnp.ones_like(c.k)
-
-    denom = jnp.left_shift(c.n_rep, acc.h) if acc is not None else one  # N 2^h
-    a0 = jnp.where(unit, one, jnp.where(is_b, c.b * prop.q, jnp.where(is_l, prop.rem, c.dist)))
-    d0 = jnp.where(is_draw, 2 * prop.block, jnp.where(is_acc, denom, prop.p))
-    d0 = jnp.where(unit, one, d0)
-    d1 = jnp.where(is_draw, prop.p, jnp.where(in_job, c.k, one))
-    u0, ok = _uniform(words[0], d0)
-    u1, ok1 = _uniform(words[1], d1)
-    ok = ok & ok1
-    success = (u0 < a0) & (u1 == 0)
+    m = _phases(c)
+    u0, u1, ok, success = _trial(prop, acc, c, m, words)
+    draw = _draw(prop, m, u0, u1, ok)
+    job = _job_progress(prop, c, m, ok, success)
+    moves = _laplace_moves(prop, c, m, draw, job)
     if acc is not None:
-        main_acc = is_acc & ~unit
-        u2, ok2 = _uniform(words[2], jnp.where(main_acc, denom, one))
-        u3, ok3 = _uniform(words[3], jnp.where(main_acc, acc.kappa_den, one))
-        ok = ok & ok2 & ok3
-        success = success & (u2 < jnp.where(main_acc, c.dist, one))
-        success = success & (u3 < jnp.where(main_acc, acc.kappa_num, one))
-
-    # DRAW: B and the sign from one uniform on {0..2L-1}; first Algorithm-1 step for exp(-B/t).
-    start = is_draw & ok
-    b_new = u0 % prop.block
-    sign_new = u0 // prop.block
-    first_step = u1 < b_new * prop.q  # Bernoulli(B q / p)
-
-    # CKS Algorithm 1 bookkeeping for the lanes in a job.
-    live = in_job & ok
-    stop = live & ~success
-    odd = jnp.bitwise_and(c.k, 1) == 1
-    passed = stop & odd
-    job_fail = stop & ~odd
-    unit_pass = passed & unit
-    units = jnp.where(unit_pass, c.units - 1, c.units)
-    main = passed & ~unit
-    j1 = c.j + 1
-    wrap = j1 == c.n_rep
-    job_ok = (main & wrap & (c.i + 1 == c.n_rep)) | (
-        unit_pass & (units == 0) & is_l & (prop.rem == 0)  # no fractional part left
-    )
-    k_after_stop = jnp.where(unit_pass & (units > 0), u32(2), one)  # K=1 is sure for gamma=1
-    k = jnp.where(live & success, c.k + 1, jnp.where(stop, k_after_stop, c.k))
-    j = jnp.where(main, jnp.where(wrap, 0, j1), c.j)
-    i = jnp.where(main & wrap, c.i + 1, c.i)
-
-    # Transitions.
-    to_b = start & first_step
-    b_ok = (is_b & job_ok) | (start & ~first_step)
-    b_fail = is_b & job_fail
-    l_ok, l_fail = is_l & job_ok, is_l & job_fail
-    a_next = c.count + 1
-    truncated = l_ok & (a_next > prop.a_max)
-    l_again = l_ok & ~truncated
-    g = c.count * prop.block.astype(jnp.int32) + c.b.astype(jnp.int32)
-    negative = c.sign == 1
-    minus_zero = l_fail & negative & (g == 0)
-    y_new = jnp.where(negative, -g, g)
-    proposed = l_fail & ~minus_zero
-    if acc is not None:
-        abs_y = jnp.abs(y_new).astype(u32)
-        scaled = jnp.left_shift(abs_y, acc.shift)
-        dist_new = jnp.where(scaled >= acc.mu, scaled - acc.mu, acc.mu - scaled)
-        half = jnp.left_shift(u32(1), acc.h) - 1
-        n_new = jnp.maximum(one, jnp.right_shift(dist_new + half, acc.h))
-        to_acc = proposed & (dist_new > 0)
-        accepted = (is_acc & job_ok) | (proposed & (dist_new == 0))  # gamma = 0: accept
-        finish = accepted
-        restart = b_fail | truncated | minus_zero | (is_acc & job_fail)
-        out = jnp.where(is_acc & job_ok, c.y, jnp.where(accepted, y_new, c.out))
-    else:
-        dist_new, n_new = c.dist, c.n_rep
-        to_acc = jnp.zeros_like(start)
-        finish = proposed
-        restart = b_fail | truncated | minus_zero
-        out = jnp.where(finish, y_new, c.out)
-
-    to_l = b_ok | l_again
-    phase = jnp.where(to_b, _PH_B, ph)
-    phase = jnp.where(to_l, _PH_L, phase)
-    phase = jnp.where(restart, _PH_DRAW, phase)
-    phase = jnp.where(to_acc, _PH_ACCEPT, phase)
-    phase = jnp.where(finish, _PH_DONE, phase)
-    entering = to_b | to_l | restart | to_acc | finish
-    k_enter = jnp.where(to_b | (to_l & (prop.units > 0)), u32(2), one)
-    return _State(
-        key=c.key,
-        phase=phase,
-        b=jnp.where(start, b_new, c.b),
-        sign=jnp.where(start, sign_new, c.sign),
-        count=jnp.where(b_ok | restart, 0, jnp.where(l_again, a_next, c.count)),
-        k=jnp.where(entering, k_enter, k),
-        units=jnp.where(to_l, prop.units, jnp.where(entering, 0, units)),
-        i=jnp.where(entering, 0, i),
-        j=jnp.where(entering, 0, j),
-        n_rep=jnp.where(to_acc, n_new, jnp.where(entering, one, c.n_rep)),
-        dist=jnp.where(to_acc, dist_new, c.dist),
-        y=jnp.where(proposed, y_new, c.y),
-        out=out,
-    )
+        moves = _acceptance_moves(acc, c, m, job, moves)
+    return _next_state(prop, c, draw, job, moves)
 
 
 def _run(key: jax.Array, shape: tuple[int, ...], prop: _Proposal, acc: _Accept | None):

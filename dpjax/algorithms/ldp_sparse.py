@@ -646,6 +646,87 @@ def _group(x, y, t, num_steps):
     return xg, yg, valid, size
 
 
+def _check_iht_args(num_steps, k_prime, theta_norm, variant, batching, chunks_per_round) -> None:
+    """Refuse :func:`ldp_iht`'s arguments outside their ranges, naming the parameter."""
+    if not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"num_steps must be an integer >= 1; got {num_steps!r}")
+    if not isinstance(k_prime, int) or k_prime < 1:
+        raise ValueError(f"k_prime must be an integer >= 1; got {k_prime!r}")
+    if not theta_norm > 0:
+        raise ValueError(f"theta_norm must be > 0; got {theta_norm!r}")
+    if variant not in ("rectified", "wang_xu_2021_literal"):
+        raise ValueError(f"variant must be 'rectified' or 'wang_xu_2021_literal'; "
+                         f"got {variant!r}")
+    if batching not in ("full", "disjoint"):
+        raise ValueError(f"batching must be 'full' or 'disjoint'; got {batching!r}")
+    if not isinstance(chunks_per_round, int) or chunks_per_round < 1:
+        raise ValueError(f"chunks_per_round must be an integer >= 1; got {chunks_per_round!r}")
+    if chunks_per_round > 1 and batching != "disjoint":
+        raise ValueError("chunks_per_round > 1 needs batching='disjoint' (the chunks are the "
+                         "steps' batches)")
+
+
+def _iht_users(x, y, t, num_steps, batching):
+    """The users of step ``t``: its group sliced from the data set (``"full"``) or the whole
+    batch (``"disjoint"``), with a validity mask and the (public) group size."""
+    n = x.shape[0]
+    if batching == "full":
+        if n < num_steps:
+            raise ValueError(f"n = {n} users cannot form num_steps = {num_steps} groups")
+        return _group(x, y, t, num_steps)
+    return x, y, jnp.ones((n,), bool), n
+
+
+def _iht_reports(key, x, y, theta, hp, k_prime, theta_norm, variant):
+    """What the users send: each shrinks its record and randomises its gradient
+    ``x_bar (<theta, x_bar> - y_bar)`` within the radius (the gradients are returned too, for
+    the invariant ``||g_i|| <= r`` that :class:`IHTInfo` reports)."""
+    x_bar = clip_linf(x, hp.tau1)
+    y_bar = clip_linf(y, hp.tau2)
+    grads = x_bar * (x_bar @ theta - y_bar)[:, None]
+    radius = ldp_iht_radius(x.shape[1], k_prime, hp.tau1, hp.tau2, theta_norm=theta_norm,
+                            variant=variant)
+    reports, event = local_mechanism(
+        key, BoundedStatistic(grads, radius, "l2", "local"), l2_ball_mechanism, hp.epsilon)
+    return grads, radius, reports, event
+
+
+def _iht_next_state(state, beta, g_sum, chunks):
+    """The state after a step: ``theta`` moves at a round's last step (every step when the
+    round is one batch); mid-round steps only accumulate ``g_sum``."""
+    if chunks == 1:
+        return IHTState(beta, state.t + 1, jnp.zeros_like(g_sum))
+    end = (state.t + 1) % chunks == 0
+    return IHTState(jnp.where(end, beta, state.beta), state.t + 1,
+                    jnp.where(end, jnp.zeros_like(g_sum), g_sum))
+
+
+def _iht_ledger(name, variant):
+    """The ledger of :func:`ldp_iht`: each user's one randomised gradient; the paper-literal
+    radius says what it breaks (the utility analysis) and what it keeps (eps-LDP)."""
+
+    def ledger(n, hp, events):
+        (ev,) = events
+        eps = float(hp.epsilon)
+        rel = Release.from_event(ev, "randomised gradient R_eps^r(x_bar (<theta, x_bar> - "
+                                 "y_bar))", "each user once, in its group's round")
+        notes = ["local DP, sequentially interactive: each user releases once in its own "
+                 "round (disjoint groups), so nothing composes across users or rounds"]
+        label = "corrected"
+        if variant == "wang_xu_2021_literal":
+            label = "paper-literal: Wang & Xu (2021) randomizer radius"
+            notes.append(
+                "the radius sqrt(d) tau1 (R tau1 + tau2) is below the gradient bound "
+                "sqrt(d) tau1 (R sqrt(k') tau1 + tau2): gradients beyond the ball are shrunk "
+                "before randomising, so the reports are biased (E[R(g)] != g) and the "
+                "published utility bound does not hold; the randomizer's eps-LDP does not "
+                "depend on its radius and holds")
+        return Ledger.build(name, [rel], "parallel", variant=label, relation="local",
+                            requested=ApproxDP(eps, 0.0), notes=notes)
+
+    return ledger
+
+
 @functools.cache
 def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
             variant: Literal["rectified", "wang_xu_2021_literal"] = "rectified",
@@ -692,22 +773,7 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
     user releases once, in its own round. ``epsilon = inf``: the identity randomizer (plain
     IHT on shrunk records with disjoint groups).
     """
-    if not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(f"num_steps must be an integer >= 1; got {num_steps!r}")
-    if not isinstance(k_prime, int) or k_prime < 1:
-        raise ValueError(f"k_prime must be an integer >= 1; got {k_prime!r}")
-    if not theta_norm > 0:
-        raise ValueError(f"theta_norm must be > 0; got {theta_norm!r}")
-    if variant not in ("rectified", "wang_xu_2021_literal"):
-        raise ValueError(f"variant must be 'rectified' or 'wang_xu_2021_literal'; "
-                         f"got {variant!r}")
-    if batching not in ("full", "disjoint"):
-        raise ValueError(f"batching must be 'full' or 'disjoint'; got {batching!r}")
-    if not isinstance(chunks_per_round, int) or chunks_per_round < 1:
-        raise ValueError(f"chunks_per_round must be an integer >= 1; got {chunks_per_round!r}")
-    if chunks_per_round > 1 and batching != "disjoint":
-        raise ValueError("chunks_per_round > 1 needs batching='disjoint' (the chunks are the "
-                         "steps' batches)")
+    _check_iht_args(num_steps, k_prime, theta_norm, variant, batching, chunks_per_round)
     chunks = chunks_per_round
     name = ("ldp-iht" if theta_norm == 1.0 else f"ldp-iht/R={theta_norm:g}") + (
         "/wang-xu-literal" if variant == "wang_xu_2021_literal" else "")
@@ -718,55 +784,19 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
 
     def step(key, state, data, hp):
         x, y = data
-        n, d = x.shape
-        if batching == "full":
-            if n < num_steps:
-                raise ValueError(f"n = {n} users cannot form num_steps = {num_steps} groups")
-            x, y, valid, size = _group(x, y, state.t, num_steps)
-        else:
-            valid, size = jnp.ones((n,), bool), n
-        theta = state.beta
-        x_bar = clip_linf(x, hp.tau1)
-        y_bar = clip_linf(y, hp.tau2)
-        grads = x_bar * (x_bar @ theta - y_bar)[:, None]
-        radius = ldp_iht_radius(d, k_prime, hp.tau1, hp.tau2, theta_norm=theta_norm,
-                                variant=variant)
-        reports, event = local_mechanism(
-            key, BoundedStatistic(grads, radius, "l2", "local"), l2_ball_mechanism, hp.epsilon)
+        x, y, valid, size = _iht_users(x, y, state.t, num_steps, batching)
+        grads, radius, reports, event = _iht_reports(key, x, y, state.beta, hp, k_prime,
+                                                     theta_norm, variant)
         g_sum = state.g_sum + jnp.sum(jnp.where(valid[:, None], reports, 0), axis=0)
         g_bar = g_sum / (jnp.asarray(size, x.dtype) * chunks)  # the round's users: public
-        beta = project_l2(trunc(theta - hp.eta * g_bar, k_prime), theta_norm)
+        beta = project_l2(trunc(state.beta - hp.eta * g_bar, k_prime), theta_norm)
         norms = jnp.sqrt(jnp.sum(jnp.square(grads), axis=1))
         info = IHTInfo(jnp.max(jnp.where(valid, norms, 0)), jnp.asarray(radius, x.dtype),
                        (event,))
-        if chunks == 1:
-            return IHTState(beta, state.t + 1, jnp.zeros_like(g_sum)), info
-        # mid-round steps only accumulate; the round's last step updates theta
-        end = (state.t + 1) % chunks == 0
-        return IHTState(jnp.where(end, beta, theta), state.t + 1,
-                        jnp.where(end, jnp.zeros_like(g_sum), g_sum)), info
-
-    def ledger(n, hp, events):
-        (ev,) = events
-        eps = float(hp.epsilon)
-        rel = Release.from_event(ev, "randomised gradient R_eps^r(x_bar (<theta, x_bar> - "
-                                 "y_bar))", "each user once, in its group's round")
-        notes = ["local DP, sequentially interactive: each user releases once in its own "
-                 "round (disjoint groups), so nothing composes across users or rounds"]
-        label = "corrected"
-        if variant == "wang_xu_2021_literal":
-            label = "paper-literal: Wang & Xu (2021) randomizer radius"
-            notes.append(
-                "the radius sqrt(d) tau1 (R tau1 + tau2) is below the gradient bound "
-                "sqrt(d) tau1 (R sqrt(k') tau1 + tau2): gradients beyond the ball are shrunk "
-                "before randomising, so the reports are biased (E[R(g)] != g) and the "
-                "published utility bound does not hold; the randomizer's eps-LDP does not "
-                "depend on its radius and holds")
-        return Ledger.build(name, [rel], "parallel", variant=label, relation="local",
-                            requested=ApproxDP(eps, 0.0), notes=notes)
+        return _iht_next_state(state, beta, g_sum, chunks), info
 
     return Estimator(name, init, step, num_steps=num_steps * chunks, batching=batching,
-                     ledger=ledger)
+                     ledger=_iht_ledger(name, variant))
 
 
 # --------------------------------------------------------------------------------------------
