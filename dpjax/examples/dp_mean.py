@@ -61,7 +61,30 @@ def ledger(n: int, hp: MeanHyperparams, events: tuple[PrivacyEvent]) -> Ledger:
     return Ledger.build("dp-mean", [release], "basic", requested=ApproxDP(eps, delta))
 
 
-DP_MEAN = Estimator("dp-mean", MeanState, step, num_steps=1, batching="full", ledger=ledger)
+def check(n: int, hp: MeanHyperparams, dtype) -> None:
+    """Refuse a level on public values only, before anything runs: the sensitivity ``2 C / n``
+    and the noise scale must be normal numbers of the data's dtype (where the noise is
+    drawn), and neither the sum of ``n`` clipped records (at most ``n C`` per coordinate) nor
+    the released value (at most ``C`` plus the sampler's largest draw times sigma) may
+    overflow it. So ``D = (C, C)`` and ``D' = (C, -C)`` are refused alike."""
+    import numpy as np
+
+    from dpjax import _float_sampler, _validate
+    from dpjax.mechanisms import gaussian_sigma
+
+    eps, delta, clip = (float(np.asarray(v)) for v in (hp.epsilon, hp.delta, hp.clip))
+    if not np.isfinite(eps):
+        return
+    sens = 2.0 * clip / n
+    with np.errstate(over="ignore"):
+        sigma = float(gaussian_sigma(np.float64(sens), np.float64(eps), np.float64(delta)))
+    z = max(abs(v) for v in _float_sampler.support("normal", dtype))
+    _validate.check_noise_inputs("clip", clip, sens, max(n * clip, clip + z * sigma), dtype,
+                                 scale=sigma)
+
+
+DP_MEAN = Estimator("dp-mean", MeanState, step, num_steps=1, batching="full", ledger=ledger,
+                    check=check)
 
 
 def simulate(key: jax.Array, n: int, truth: jax.Array) -> jax.Array:
