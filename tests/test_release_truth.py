@@ -226,6 +226,30 @@ def test_dp_mean_refuses_an_overflowing_clip_on_public_values_for_every_data_set
     assert messages[0] == messages[1]
 
 
+def test_clipped_gem_and_dp_iv_refuse_an_overflowing_clip_before_anything_runs(monkeypatch):
+    """The same rule in the fit wrappers: n times the clipping level against the dtype's
+    maximum, on public values, naming the hyperparameter (the step never runs)."""
+    from dpjax import base
+    from dpjax.algorithms import dp_gem, dp_iv
+    from dpjax.models import GaussianMixture, LinearIV
+
+    def never(*a, **k):
+        raise AssertionError("the fit ran")
+
+    monkeypatch.setattr(base, "run", never)
+    model = GaussianMixture(0.5)
+    data = model.simulate(jax.random.key(0), 50, jnp.ones(2))
+    with pytest.raises(ValueError, match="lower clip"):
+        dp_gem.fit_clipped_gem(0, data, model, epsilon=1.0, delta=1e-3, num_iterations=2,
+                               beta0=jnp.ones(2), clip=1e37)
+    iv_model = LinearIV(p=2, q=3, r=2)
+    prm = iv_model.draw_parameters(jax.random.key(1))
+    iv_data = iv_model.simulate(jax.random.key(0), 50, iv_model.pack(prm))
+    with pytest.raises(ValueError, match="lower gamma2"):
+        dp_iv.fit_dp_2s_gd(0, iv_data, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.05,
+                           num_iterations=2, gamma1=1.0, gamma2=1e37)
+
+
 def test_a_refused_study_level_leaves_no_chunk_on_disk(tmp_path, capsys):
     from dpjax import cli
 
