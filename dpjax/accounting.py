@@ -457,6 +457,12 @@ class Ledger:
         approx_dp: the delivered (epsilon, delta) (for zCDP, via the stated conversion).
         requested: the budget the user asked for.
         notes: free-text caveats (validity ranges, deviations from the paper).
+
+    :attr:`assumption` says what the guarantee assumes (read off the releases' kinds): on the
+    default floating-point path, the idealised mechanism with continuous noise, with
+    :attr:`sampler_delta_floor`, the delta the implemented samplers' bounded support gives at
+    every epsilon; on the ``secure=True`` path, exact discrete noise. Both are in
+    :meth:`to_dict` (``"assumes"``, ``"sampler_delta_floor"``) and the printed ledger.
     """
 
     estimator: str
@@ -486,6 +492,8 @@ class Ledger:
         sampler's floor; exact discrete noise on the ``secure=True`` path."""
         kinds = {r.mechanism for r in self.releases}
         floats = sorted(kinds & set(_FLOAT_KINDS))
+        if not self.is_private:
+            return "no guarantee (a release without noise or without a sensitivity bound)"
         if floats:
             floor = self.sampler_delta_floor
             samplers = "; ".join(sorted({r.sampler for r in self.releases if r.sampler}))
@@ -502,7 +510,7 @@ class Ledger:
         if "ldp-randomizer" in kinds:
             return ("an exact coin: the l2-ball randomizer's side is an integer comparison on "
                     "64 random bits, so the stated eps-LDP holds for the implementation")
-        return "no noise: no guarantee"
+        return "no guarantee (no noise)"
 
     @classmethod
     def build(

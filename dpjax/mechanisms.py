@@ -31,7 +31,12 @@ NoisyHT / peeling       ``b = Delta_inf * 2 sqrt(3 s log(1/delta)) / epsilon`` (
 Whatever the calibration, the ledger reads a Gaussian release's (epsilon, delta) off the exact
 Gaussian privacy curve of the noise actually drawn (:func:`dpjax.accounting.gaussian_epsilon`),
 so a calibration used outside its proof (the classic formula at a large epsilon) reports the
-weaker guarantee it really delivers.
+weaker guarantee it really delivers. That guarantee is the idealised mechanism's, with
+continuous noise: the floating-point samplers drawn here have a bounded support (float32
+normal ``[-5.4200, 5.2201]``, Laplace ``[-15.54, 16.64]``), and the ledger states the delta
+floor this implies (:mod:`dpjax._float_sampler`); :func:`secure_noise` draws exact noise.
+The noise is drawn in the statistic's dtype, and the event records that dtype, so the ledger
+checks the scale where it is drawn (a scale subnormal there is flushed to zero: no noise).
 """
 
 from __future__ import annotations
