@@ -504,7 +504,7 @@ class Ledger:
                 f"delta >= {floor:.3g} at every epsilon (pure-epsilon and zCDP claims hold "
                 "only for the idealised mechanism); for a release on real data use "
                 "secure=True (exact discrete noise)")
-        if kinds & {"discrete-laplace", "discrete-gaussian"}:
+        if any(k.startswith("discrete-") for k in kinds):  # any exact discrete-noise kind
             return ("exact discrete noise (integer noise on a public grid, sampled exactly): "
                     "the guarantee holds for the implementation")
         if "ldp-randomizer" in kinds:
