@@ -34,6 +34,7 @@ __all__ = [
     "check_xy",
     "check_delta",
     "check_epsilon",
+    "check_gaussian_mean",
     "check_inf_only_at_inf_epsilon",
     "check_int_in_range",
     "check_noise_inputs",
@@ -336,7 +337,7 @@ def check_start(beta0: Any, d: int, s: int | None = None, s_name: str = "s") -> 
 
 
 def check_noise_inputs(name: str, value: Any, sensitivity: Any, total_bound: Any,
-                       dtype: Any = np.float32) -> None:
+                       dtype: Any = np.float32, scale: Any = None) -> None:
     """Refuse a private level whose noise would silently degenerate, before anything runs.
 
     A check on public values only (it leaks nothing): ``sensitivity`` is the one the noise of
@@ -345,9 +346,16 @@ def check_noise_inputs(name: str, value: Any, sensitivity: Any, total_bound: Any
     the kernels compute), a sensitivity that is zero, subnormal (XLA on CPU flushes it, and
     the noise scale with it, to zero) or not finite means no noise or no bound, and a total
     beyond the dtype's maximum makes the statistic overflow. ``name`` and ``value`` are the
-    hyperparameter the user set, named in the message.
+    hyperparameter the user set, named in the message. ``scale``, if given, is the noise
+    scale the release will draw (from the same public values): it must be a normal number of
+    ``dtype``, the dtype the noise is drawn in, or the draw flushes it to zero.
+
+    Every refusal here depends on public values only, so whether a fit is refused never
+    depends on the data (a refusal that did would itself leak).
     """
-    fi = np.finfo(dtype)
+    import jax.numpy as jnp  # ml_dtypes' finfo (bfloat16) through jnp
+
+    fi = jnp.finfo(dtype)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         sens = np.asarray(sensitivity, np.float64)
         total = np.asarray(total_bound, np.float64)
@@ -357,11 +365,42 @@ def check_noise_inputs(name: str, value: Any, sensitivity: Any, total_bound: Any
             f"{_show(sens)}, zero or subnormal in {np.dtype(dtype).name} (smallest normal "
             f"{float(fi.tiny):g}): the noise calibrated from it would be zero and the release "
             f"not private; raise {name}")
+    if scale is not None:
+        sc = np.asarray(scale, np.float64)
+        if not (np.isfinite(sc).all() and (sc >= float(fi.tiny)).all()):
+            raise ValueError(
+                f"{name} = {_show(np.asarray(value, np.float64))} gives a noise scale of "
+                f"{_show(sc)}, zero, subnormal or not finite in {np.dtype(dtype).name}, the "
+                f"dtype the noise is drawn in (smallest normal {float(fi.tiny):g}): it would "
+                f"be flushed to zero and the release not private; raise {name} or lower "
+                "epsilon")
     if not (total <= float(fi.max)).all():
         raise ValueError(
             f"{name} = {_show(np.asarray(value, np.float64))} lets the privatised statistic "
             f"reach {_show(total)}, beyond the largest {np.dtype(dtype).name} "
             f"({float(fi.max):g}): it would overflow; lower {name}")
+
+
+def check_gaussian_mean(name: str, bound: Any, n: int, epsilon: Any, delta: Any,
+                        dtype: Any) -> None:
+    """:func:`check_noise_inputs` for the (epsilon, delta) Gaussian release of a mean of ``n``
+    records each of norm at most ``bound`` (the hyperparameter ``name``; sensitivity
+    ``2 bound / n``, replace-one), calibrated by :func:`dpjax.mechanisms.gaussian_sigma` (the
+    default), on public values only and in float64: the sensitivity and the noise scale must
+    be normal numbers of ``dtype`` (the dtype the noise is drawn in), and the sum ``n bound``
+    plus the largest draw of JAX's normal sampler in ``dtype`` times the scale must not
+    overflow it. Nothing to check at epsilon = inf."""
+    from dpjax import _float_sampler
+    from dpjax.mechanisms import gaussian_sigma
+
+    eps, dl, b = (np.float64(np.asarray(v)) for v in (epsilon, delta, bound))
+    if not np.isfinite(eps):
+        return
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        sens = 2.0 * b / n
+        sigma = np.float64(gaussian_sigma(sens, eps, dl))
+        z = max(abs(v) for v in _float_sampler.support("normal", dtype))
+        check_noise_inputs(name, b, sens, n * b + z * sigma, dtype, scale=sigma)
 
 
 def _show(arr: np.ndarray) -> str:

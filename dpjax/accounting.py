@@ -57,6 +57,8 @@ __all__ = [
 ]
 
 _INF = float("inf")
+#: the kinds drawn by a floating-point sampler (their guarantee is the idealised mechanism's)
+_FLOAT_KINDS = ("laplace", "gaussian", "gaussian-zcdp", "noisy-ht")
 
 #: the note every ledger with an (epsilon, delta) Gaussian release carries
 GAUSSIAN_CURVE_NOTE = (
@@ -278,12 +280,6 @@ def zcdp_for_approx_dp(epsilon: float, delta: float, method: str = "cks") -> ZCD
 # The ledger
 # --------------------------------------------------------------------------------------------
 
-def _tiny(x: Any) -> float:
-    """The smallest normal number of ``x``'s floating dtype (float32 unless it is float64)."""
-    dt = np.asarray(x).dtype
-    return float(np.finfo(dt if dt in (np.float32, np.float64, np.float16) else np.float32).tiny)
-
-
 def _per_release(fn, ratio: np.ndarray, delta: np.ndarray, noisy: np.ndarray) -> np.ndarray:
     """``fn(ratio, delta)`` per release (inf where no noise was drawn), computed once per
     distinct ``(ratio, delta)`` (a run's releases mostly share one)."""
@@ -360,6 +356,14 @@ class Release:
         data: which records each release touches (``"disjoint batch"``, ``"full data"``, ...).
         epsilons: per-release epsilon (approx-DP kinds) or rho (``"gaussian-zcdp"``), in order.
         deltas: per-release delta.
+        sampler: the floating-point sampler the noise was drawn from, its random bits and
+            its exact support (``""`` for exact noise: discrete kinds, the randomizer's coin).
+        delta_floor: the implemented sampler's own floor, the largest over the stream: a delta
+            no epsilon removes (:func:`dpjax._float_sampler.delta_floor`: ``max(P(Z > z_max -
+            Delta/scale), P(Z < z_min + Delta/scale))`` for the exact support
+            ``[z_min, z_max]`` of the sampler ``Z`` in the dtype drawn, neighbours whose
+            statistics differ by the true sensitivity in one coordinate); 0 for exact noise,
+            1 where no noise was drawn.
     """
 
     mechanism: str
@@ -376,12 +380,17 @@ class Release:
     data: str
     epsilons: tuple[float, ...]
     deltas: tuple[float, ...]
+    sampler: str = ""
+    delta_floor: float = 0.0
 
     @classmethod
     def from_event(cls, event: Any, statistic: str, data: str = "full data") -> Release:
         """Summarise a (stacked) privacy event: every array entry is one release."""
+        from dpjax import _float_sampler
         from dpjax.mechanisms import ZCDP_KINDS, epsilon_constant
 
+        # the dtype the noise was drawn in (older events: that of the recorded scale)
+        drawn = getattr(event, "dtype", "") or np.asarray(event.scale).dtype
         sens, scale, true, delta = (np.asarray(x, np.float64).ravel() for x in (
             event.sensitivity, event.scale, event.true_sensitivity, event.delta))
         sens, scale, true, delta = np.broadcast_arrays(sens, scale, true, delta)
@@ -389,7 +398,8 @@ class Release:
             ratio = np.where(true == sens, 1.0, true / sens)
             # noise was drawn only where the scale is a normal number of the dtype it was drawn
             # in: a subnormal scale is flushed to zero by XLA on CPU (no noise at all)
-            noisy = (scale >= _tiny(event.scale)) & np.isfinite(scale) & np.isfinite(true)
+            noisy = (scale >= _float_sampler.smallest_normal(drawn)) & np.isfinite(scale) \
+                & np.isfinite(true)
             ratio_ts = true / np.where(noisy, scale, 1.0)  # true sensitivity per unit of noise
             if event.kind == "none":
                 per = np.full(sens.shape, _INF)
@@ -404,10 +414,17 @@ class Release:
             else:  # pure epsilon-DP kinds (Laplace, discrete Laplace, the l2-ball randomizer)
                 k = epsilon_constant(event.kind)
                 per = np.where(noisy, ratio_ts * k, _INF)
+            # the sampler's floor grows with Delta / scale: the largest ratio gives the stream's
+            sampler, floor = "", 0.0
+            if event.kind in _float_sampler.SAMPLERS:
+                sampler = _float_sampler.describe(event.kind, drawn)
+                floor = (1.0 if not noisy.all() else
+                         _float_sampler.delta_floor(event.kind, float(np.max(ratio_ts)), drawn))
         return cls(event.kind, statistic, event.norm, event.relation, int(sens.size),
                    float(np.max(sens)), float(np.min(scale)), float(np.max(ratio)),
                    float(np.max(delta)), int(event.s), float(event.log_constant), data,
-                   tuple(float(x) for x in per), tuple(float(x) for x in delta))
+                   tuple(float(x) for x in per), tuple(float(x) for x in delta), sampler,
+                   floor)
 
     def budgets(self) -> list[Budget]:
         """The guarantee of each release, in order."""
@@ -446,6 +463,12 @@ class Ledger:
         approx_dp: the delivered (epsilon, delta) (for zCDP, via the stated conversion).
         requested: the budget the user asked for.
         notes: free-text caveats (validity ranges, deviations from the paper).
+
+    :attr:`assumption` says what the guarantee assumes (read off the releases' kinds): on the
+    default floating-point path, the idealised mechanism with continuous noise, with
+    :attr:`sampler_delta_floor`, the delta the implemented samplers' bounded support gives at
+    every epsilon; on the ``secure=True`` path, exact discrete noise. Both are in
+    :meth:`to_dict` (``"assumes"``, ``"sampler_delta_floor"``) and the printed ledger.
     """
 
     estimator: str
@@ -461,6 +484,39 @@ class Ledger:
     @property
     def is_private(self) -> bool:
         return self.approx_dp.is_private
+
+    @property
+    def sampler_delta_floor(self) -> float:
+        """The largest :attr:`Release.delta_floor`: the implemented floating-point samplers
+        give the run a delta at least this large at every epsilon (0: exact noise only)."""
+        return max(r.delta_floor for r in self.releases)
+
+    @property
+    def assumption(self) -> str:
+        """What the guarantee assumes, read off the releases' kinds: the idealised mechanism
+        with continuous noise on the default (floating-point) path, with the implemented
+        sampler's floor; exact discrete noise on the ``secure=True`` path."""
+        kinds = {r.mechanism for r in self.releases}
+        floats = sorted(kinds & set(_FLOAT_KINDS))
+        if not self.is_private:
+            return "no guarantee (a release without noise or without a sensitivity bound)"
+        if floats:
+            floor = self.sampler_delta_floor
+            samplers = "; ".join(sorted({r.sampler for r in self.releases if r.sampler}))
+            return (
+                "the guarantee of the idealised mechanism with continuous noise (default "
+                f"floating-point path: {', '.join(floats)}). The implemented sampler "
+                f"({samplers}) has a bounded support, so the release as implemented has "
+                f"delta >= {floor:.3g} at every epsilon (pure-epsilon and zCDP claims hold "
+                "only for the idealised mechanism); for a release on real data use "
+                "secure=True (exact discrete noise)")
+        if any(k.startswith("discrete-") for k in kinds):  # any exact discrete-noise kind
+            return ("exact discrete noise (integer noise on a public grid, sampled exactly): "
+                    "the guarantee holds for the implementation")
+        if "ldp-randomizer" in kinds:
+            return ("an exact coin: the l2-ball randomizer's side is an integer comparison on "
+                    "64 random bits, so the stated eps-LDP holds for the implementation")
+        return "no guarantee (no noise)"
 
     @classmethod
     def build(
@@ -528,6 +584,8 @@ class Ledger:
             "guarantee": self.guarantee.to_dict(),
             "approx_dp": self.approx_dp.to_dict(),
             "requested": None if self.requested is None else self.requested.to_dict(),
+            "assumes": self.assumption,
+            "sampler_delta_floor": self.sampler_delta_floor,
             "releases": [r.to_dict() for r in self.releases],
             "notes": list(self.notes),
         }
@@ -544,6 +602,7 @@ class Ledger:
                 f"  release x{r.count} ({r.data}): {r.mechanism} on {r.statistic}; "
                 f"{r.norm} sensitivity {r.sensitivity:.6g}{ratio}; noise scale {r.scale:.6g}; "
                 f"each {r.delivered()}"
+                + (f"; sampler floor delta >= {r.delta_floor:.3g}" if r.sampler else "")
             )
         lines.append(f"  composition: {self.composition}")
         if self.requested is not None:
@@ -552,6 +611,7 @@ class Ledger:
         if isinstance(self.guarantee, ZCDP) and self.guarantee.is_private:
             delivered += f" => {self.approx_dp}"
         lines.append(f"  delivered: {delivered}")
+        lines.append(f"  assumes: {self.assumption}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 

@@ -77,6 +77,12 @@ class Estimator(NamedTuple):
             from that run's privacy events (``info.events`` of every step, stacked by the scan:
             a tuple of :class:`~dpjax.mechanisms.PrivacyEvent` with a leading step axis).
             Every step's ``info`` has a field ``events``: one event per release the step makes.
+        check: host function ``check(n, hparams, dtype) -> None`` run by :func:`fit` before
+            anything runs, on public values only (``n``, one level's hyperparameters, the
+            dtype the data are in): it raises where a level's noise would be flushed to zero
+            or its statistic could overflow (e.g. with
+            :func:`dpjax._validate.check_noise_inputs`), naming the hyperparameter to change,
+            so whether a fit is refused never depends on the data.
     """
 
     name: str
@@ -85,6 +91,7 @@ class Estimator(NamedTuple):
     num_steps: int
     batching: Literal["disjoint", "full"]
     ledger: Callable[[int, PyTree], Any] | None = None
+    check: Callable[[int, PyTree, Any], None] | None = None
 
 
 def as_key(key: Any) -> jax.Array:
@@ -276,6 +283,8 @@ def fit(
     _validate.check_hparams(hparams)
     if n is None:
         n = int(jax.tree_util.tree_leaves(data)[0].shape[0])
+    if estimator.check is not None:  # public values only: a refusal never depends on the data
+        estimator.check(n, hparams, jnp.result_type(*jax.tree_util.tree_leaves(data)))
     state0, hp = estimator.init(params0), jax.tree_util.tree_map(jnp.asarray, hparams)
     if secure:
         # host (NumPy) hyperparameters: the eager steps then calibrate on the host, in float64

@@ -334,14 +334,15 @@ def _mirror_upper(m: jax.Array) -> jax.Array:
     return jnp.triu(m) + jnp.triu(m, 1).T
 
 
-def _local_event(stat: BoundedStatistic, sigma: Any, delta: Any, log_constant: float
-                 ) -> PrivacyEvent:
+def _local_event(stat: BoundedStatistic, sigma: Any, delta: Any, log_constant: float,
+                 dtype: Any) -> PrivacyEvent:
     """The privacy event of one user's (epsilon, delta) Gaussian report: built from the sigma
-    that drew the noise and the statistic's own range (relation ``"local"``); the ledger reads
-    it off the exact Gaussian curve."""
+    that drew the noise and the statistic's own range (relation ``"local"``), with the dtype
+    the noise is drawn in; the ledger reads it off the exact Gaussian curve."""
     return _event("gaussian", BoundedStatistic(jnp.zeros(()), stat.sensitivity, "l2",
                                                "local", stat.true_sensitivity),
-                  sigma, delta, log_constant=log_constant, calibration="classic-or-analytic")
+                  sigma, delta, log_constant=log_constant, calibration="classic-or-analytic",
+                  dtype=dtype)
 
 
 def local_gaussian(
@@ -431,7 +432,7 @@ def local_gaussian_symmetric(
         return GaussianRelease(_mirror_upper(released), sigma, event)
     noise = symmetric_gaussian_noise(key, value.shape[0], sigma, value.dtype)
     return GaussianRelease(_mirror_upper(value) + noise, sigma,
-                           _local_event(stat, sigma, delta, log_constant))
+                           _local_event(stat, sigma, delta, log_constant, value.dtype))
 
 
 def local_gaussian_mean(
@@ -504,7 +505,7 @@ def local_gaussian_mean(
 
         reports = jax.vmap(one)(jax.random.split(key, n), values)
         return GaussianMeanRelease(jnp.mean(reports, axis=0), sigma, sigma_mean,
-                                   _local_event(stat, sigma, delta, log_constant))
+                                   _local_event(stat, sigma, delta, log_constant, values.dtype))
     if symmetric:
         mean = _mirror_upper(jnp.mean(values, axis=0))
         noise = symmetric_gaussian_noise(key, values.shape[1], sigma_mean, values.dtype)
@@ -512,7 +513,7 @@ def local_gaussian_mean(
         mean = jnp.mean(values, axis=0)
         noise = _mechanisms.gaussian_noise(key, mean.shape, sigma_mean, values.dtype)
     return GaussianMeanRelease(mean + noise, sigma, sigma_mean,
-                               _local_event(stat, sigma, delta, log_constant))
+                               _local_event(stat, sigma, delta, log_constant, values.dtype))
 
 
 def _secure_gaussian_mean(key: jax.Array, stat: BoundedStatistic, epsilon: Any, delta: Any,
@@ -597,6 +598,15 @@ def randomizer_scale(radius: Any, epsilon: Any, dim: int) -> Any:
     return jnp.where(jnp.isinf(eps), jnp.zeros_like(b), b)
 
 
+def _coin_epsilon(epsilon: Any) -> jax.Array:
+    """The requested epsilon in float32 or wider (float64 stays float64): never rounded to a
+    low-precision input's dtype before the coin is drawn."""
+    eps = jnp.asarray(epsilon)
+    if not jnp.issubdtype(eps.dtype, jnp.floating) or jnp.finfo(eps.dtype).bits < 32:
+        eps = jnp.asarray(epsilon, jnp.float32)
+    return eps
+
+
 def l2_ball_randomizer(
     key: jax.Array, x: jax.Array, radius: Any, epsilon: Any
 ) -> RandomizerRelease:
@@ -637,7 +647,9 @@ def l2_ball_randomizer(
     dtype = x.dtype
     scale = jnp.asarray(randomizer_scale(radius, epsilon, dim), dtype)
     r = jnp.asarray(radius, dtype)
-    eps = jnp.asarray(epsilon, dtype)
+    # the coin's probability comes from the requested epsilon in float32 (float64 under x64)
+    # whatever the input's dtype: a bfloat16 epsilon of 5.02 would be 5.03125
+    eps = _coin_epsilon(epsilon)
     key_sign, key_side, key_direction = jax.random.split(key, 3)
 
     x = clip_l2(x, r)
@@ -818,4 +830,4 @@ def local_gaussian_aggregate(
     else:
         noisy = value + _mechanisms.gaussian_noise(key, value.shape, sigma_mean, value.dtype)
     return GaussianMeanRelease(noisy, sigma, sigma_mean,
-                               _local_event(mean, sigma, delta, log_constant))
+                               _local_event(mean, sigma, delta, log_constant, value.dtype))

@@ -31,7 +31,12 @@ NoisyHT / peeling       ``b = Delta_inf * 2 sqrt(3 s log(1/delta)) / epsilon`` (
 Whatever the calibration, the ledger reads a Gaussian release's (epsilon, delta) off the exact
 Gaussian privacy curve of the noise actually drawn (:func:`dpjax.accounting.gaussian_epsilon`),
 so a calibration used outside its proof (the classic formula at a large epsilon) reports the
-weaker guarantee it really delivers.
+weaker guarantee it really delivers. That guarantee is the idealised mechanism's, with
+continuous noise: the floating-point samplers drawn here have a bounded support (float32
+normal ``[-5.4200, 5.2201]``, Laplace ``[-15.54, 16.64]``), and the ledger states the delta
+floor this implies (:mod:`dpjax._float_sampler`); :func:`secure_noise` draws exact noise.
+The noise is drawn in the statistic's dtype, and the event records that dtype, so the ledger
+checks the scale where it is drawn (a scale subnormal there is flushed to zero: no noise).
 """
 
 from __future__ import annotations
@@ -233,6 +238,9 @@ class PrivacyEvent:
         log_constant: the ``c`` of a classic Gaussian's ``log(c / delta)`` (static).
         calibration: for ``"gaussian"``, one of :data:`GAUSSIAN_CALIBRATIONS` (static;
             informative only: the ledger reads the guarantee off the exact curve).
+        dtype: the dtype the noise was drawn in (static; ``""``: that of ``scale``). The
+            ledger checks the scale in it (a scale subnormal there is flushed to zero: no
+            noise) and reads the floating-point sampler's support in it.
     """
 
     kind: str
@@ -245,6 +253,7 @@ class PrivacyEvent:
     s: int = 1
     log_constant: float = 1.25
     calibration: str = ""
+    dtype: str = ""
 
     def __post_init__(self) -> None:
         _validate.check_choice(self.kind, "kind", KINDS)
@@ -252,16 +261,21 @@ class PrivacyEvent:
 
 jax.tree_util.register_dataclass(
     PrivacyEvent, data_fields=["sensitivity", "scale", "true_sensitivity", "delta"],
-    meta_fields=["kind", "norm", "relation", "s", "log_constant", "calibration"],
+    meta_fields=["kind", "norm", "relation", "s", "log_constant", "calibration", "dtype"],
 )
 
 
 def _event(kind: str, stat: BoundedStatistic, scale: Any, delta: Any = 0.0, s: int = 1,
-           log_constant: float = 1.25, calibration: str = "") -> PrivacyEvent:
+           log_constant: float = 1.25, calibration: str = "", dtype: Any = None
+           ) -> PrivacyEvent:
+    """The event of one release; ``dtype``: the dtype the noise was drawn in (the ledger
+    checks the scale there, so a scale that is normal in float64 but flushed to zero in the
+    float32 draw counts as no noise)."""
     dt = jnp.result_type(float)
     f = lambda x: jnp.asarray(x, dt)  # noqa: E731
+    drawn = "" if dtype is None else jnp.dtype(dtype).name
     return PrivacyEvent(kind, f(stat.sensitivity), f(scale), f(stat.true), f(delta), stat.norm,
-                        stat.relation, s, log_constant, calibration)
+                        stat.relation, s, log_constant, calibration, drawn)
 
 
 def no_privacy_event(norm: str = "l2", relation: str = "replace-one") -> PrivacyEvent:
@@ -764,7 +778,7 @@ def _release(key: jax.Array, stat: BoundedStatistic, norm: str, mechanism: str, 
     scale = scale(stat.sensitivity)
     value = jnp.asarray(stat.value)
     noisy = value + noise(key, value.shape, scale, value.dtype)
-    return noisy, _event(kind, stat, scale, **event)
+    return noisy, _event(kind, stat, scale, dtype=value.dtype, **event)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1126,7 +1140,7 @@ def noisy_hard_threshold(
         0, s, peel, (jnp.zeros((d,), bool), jnp.zeros((s,), jnp.int32))
     )
     released = v + laplace_noise(key_release, (d,), b, v.dtype)
-    event = _event("noisy-ht", stat, b, delta, s)
+    event = _event("noisy-ht", stat, b, delta, s, dtype=v.dtype)
     return Peeled(jnp.where(mask, released, jnp.zeros_like(v)), support, event)
 
 

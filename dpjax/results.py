@@ -282,6 +282,15 @@ class ChunkStore:
         self._check_schema(key, arrays, "computed")
         encode_chunk(self._path(key, start, stop), self.fingerprint, key, start, stop, arrays)
 
+    def discard(self, key: str) -> None:
+        """Delete every chunk of setting ``key`` (a refused level's values never stay on
+        disk)."""
+        folder = self.root / _safe(key)
+        for path in folder.glob("*.npz"):
+            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # gone, or holding other files (kept)
+            folder.rmdir()
+
     def completed(self) -> int:
         return sum(1 for _ in self.root.glob("*/*.npz"))
 

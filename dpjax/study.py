@@ -24,7 +24,7 @@ import numpy as np
 
 from dpjax import results, sweep
 from dpjax._validate import ConfigError
-from dpjax.accounting import check_delivers
+from dpjax.accounting import PrivacyBudgetError, check_delivers
 from dpjax.config import Config, make_config
 from dpjax.sweep import Setting
 
@@ -425,14 +425,16 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
             )
             metrics, events = sweep.split_events(traces[s.key], sweep.event_structure(s))
             traces[s.key] = metrics
+            try:
+                levels = [{"hparams": dict(lv), "ledger": _ledger(s, lv, li, events)}
+                          for li, lv in enumerate(s.levels)]
+            except PrivacyBudgetError:  # nothing is returned: the chunks go too
+                if jax.process_index() == 0:
+                    store.discard(s.key)
+                raise
             setting_meta.append(
                 {"key": s.key, "columns": s.columns, "chunk_size": chunk, "data_mode": mode,
-                 "seconds": round(time.perf_counter() - t0, 3),
-                 "levels": [
-                     {"hparams": dict(lv), "ledger": _ledger(s, lv, li, events)}
-                     for li, lv in enumerate(s.levels)
-                 ]}
-            )
+                 "seconds": round(time.perf_counter() - t0, 3), "levels": levels})
     finally:
         if bar is not None:
             bar.close()

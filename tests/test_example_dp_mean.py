@@ -231,7 +231,7 @@ def test_the_doc_shows_the_module_source_verbatim():
 
 
 def test_the_module_is_short():
-    assert len(MODULE.read_text().splitlines()) < 80
+    assert len(MODULE.read_text().splitlines()) < 100
 
 
 def test_the_doc_usage_blocks_run_and_print_what_is_shown(tmp_path, monkeypatch):

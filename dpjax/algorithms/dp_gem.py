@@ -415,6 +415,8 @@ def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta
         c = _validate.check_truncation(options["clip"], eps, "clip")
         if c.ndim:
             raise ValueError("clip must be a scalar")
+        if math.isfinite(eps):  # public values only: a refusal never depends on the data
+            _validate.check_noise_inputs("clip", float(c), 2.0 * float(c) / n, n * float(c))
         hp: Any = ClippedGEMHyperparams(*_f32(eps, dl, eta, c))
         return fit(clipped_gem(model, num_iterations), key, data, beta0, hp, n=n, secure=secure)
     fields = _robust_fields(eps, options["tau"], options["zeta"], options["s_rule"],

@@ -458,6 +458,10 @@ def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: An
         g1 = _validate.check_scalar(_check_gamma(g1, r1, "gamma1", "rho1"), "gamma1")
     g2 = _validate.check_scalar(_check_gamma(g2, r2, "gamma2", "rho2"), "gamma2")
     dtype = data.z.dtype
+    # on public values only, before anything runs: a refusal never depends on the data
+    for name, g, r in (("gamma1", g1, r1), ("gamma2", g2, r2)):
+        if variant != "none" and math.isfinite(r) and math.isfinite(g):
+            _validate.check_noise_inputs(name, g, 2.0 * g / n, n * g, dtype)
     th0 = np.zeros((q, p)) if theta0 is None else _validate.check_array(
         theta0, "theta0", shape=(q, p))
     b0 = np.zeros(p) if beta0 is None else _validate.check_array(beta0, "beta0", shape=(p,))

@@ -10,8 +10,9 @@ is released once with the Gaussian mechanism:
 Privacy: neighbouring data sets have the same size ``n`` and differ in one record (replace-one).
 Two clipped records are at most ``2 C`` apart in l2, so the clipped mean moves by at most
 ``2 C / n`` and the release is (epsilon, delta)-DP at every epsilon (Dwork & Roth 2014,
-Thm A.1, for epsilon <= 1; Balle & Wang 2018 above). ``epsilon = inf`` adds exactly zero
-noise: the clipped sample mean.
+Thm A.1, for epsilon <= 1; Balle & Wang 2018 above): the guarantee of the idealised
+mechanism, with continuous noise (the ledger states the float sampler's own floor; exact
+discrete noise with ``secure=True``). ``epsilon = inf`` adds exactly zero noise.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import registry
+from dpjax._validate import check_gaussian_mean
 from dpjax.accounting import ApproxDP, Ledger, Release
 from dpjax.base import Estimator
 from dpjax.mechanisms import PrivacyEvent, bounded_mean, clip_l2, gaussian_mechanism
@@ -61,7 +63,14 @@ def ledger(n: int, hp: MeanHyperparams, events: tuple[PrivacyEvent]) -> Ledger:
     return Ledger.build("dp-mean", [release], "basic", requested=ApproxDP(eps, delta))
 
 
-DP_MEAN = Estimator("dp-mean", MeanState, step, num_steps=1, batching="full", ledger=ledger)
+def check(n: int, hp: MeanHyperparams, dtype) -> None:
+    """Refuse a level on public values only, before anything runs: ``2 C / n`` and sigma
+    normal in ``dtype``, the sum ``n C`` plus the largest draw finite (never on the data)."""
+    check_gaussian_mean("clip", hp.clip, n, hp.epsilon, hp.delta, dtype)
+
+
+DP_MEAN = Estimator("dp-mean", MeanState, step, num_steps=1, batching="full", ledger=ledger,
+                    check=check)
 
 
 def simulate(key: jax.Array, n: int, truth: jax.Array) -> jax.Array:
