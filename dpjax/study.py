@@ -238,6 +238,18 @@ def _check_memory(settings: Sequence[Setting]) -> None:
             )
 
 
+def _check_callbacks(settings: Sequence[Setting]) -> None:
+    """The callback contract of each distinct (estimator, simulate, init, record), checked by
+    abstract evaluation before anything compiles (:func:`dpjax.sweep.check_setting`): a
+    mistake in a study is one line naming the function, not a traceback from the scan."""
+    seen: set[tuple[int, ...]] = set()
+    for s in settings:
+        ident = tuple(id(f) for f in (s.estimator, s.simulate, s.init, s.record))
+        if ident not in seen:
+            seen.add(ident)
+            sweep.check_setting(s)
+
+
 def _check_out_dir(out: Path) -> None:
     """``--out`` must be a directory or creatable as one; checked before anything is computed."""
     if out.exists() and not out.is_dir():
@@ -257,7 +269,17 @@ def _make_out_dir(out: Path) -> None:
 
 
 def _level_columns(setting: Setting, level: Mapping[str, float]) -> dict[str, Any]:
-    return {k: float(v) for k, v in level.items()}
+    return {k: _as_given(v) for k, v in level.items()}
+
+
+def _as_given(value: Any) -> float:
+    """A level's value as the user wrote it: a float32 (or float16) number, e.g. a NumPy or
+    JAX scalar, becomes the float64 of its shortest decimal (``0.001``, not the
+    ``0.0010000000474974513`` of its binary value), so results.csv shows ``delta = 0.001``."""
+    arr = np.asarray(value)
+    if arr.dtype.kind == "f" and arr.dtype.itemsize < 8 and np.isfinite(arr).all():
+        return float(np.format_float_positional(arr[()], unique=True, trim="-"))
+    return float(value)
 
 
 def run_experiment(
@@ -273,6 +295,7 @@ def run_experiment(
     data_mode: str = "auto",
     memory_budget_gb: float | None = None,
     num_devices: int | None = None,
+    source: Mapping[str, Any] | None = None,
 ) -> StudyOutput:
     """Run an experiment and write its results files (see :mod:`dpjax.results`).
 
@@ -292,6 +315,17 @@ def run_experiment(
             many repetitions as fit it
             (default: :func:`default_memory_budget_gb`).
         num_devices: devices to shard repetitions over (default: all local devices).
+        source: where the experiment came from, recorded in ``config.json`` so that ``dpjax
+            plot --out DIR`` can load it again (``{"file": PATH, "name": NAME}``, ``{"module":
+            MODULE, "name": NAME}``; None: bundled with dpjax). ``dpjax run`` fills it in.
+
+    A rerun in the same ``out_dir`` resumes, and a study grows there: with more repetitions,
+    or more elements in a list setting (a grid of levels, e.g. ``eps_grid``, or of settings,
+    e.g. ``n_grid``), every finished (setting, level, repetition) is read back exactly as it
+    was and only the new ones are computed (the draws are keyed by them: see
+    :mod:`dpjax.sweep`); a line on stderr says how many were reused and computed. Fewer
+    repetitions or elements report only those asked for and keep the others' chunks for a
+    later run. A change to anything else is refused, naming what differs.
     """
     config = resolve_config(experiment, overrides, quick)
     reps = (experiment.quick_reps if quick else experiment.reps) if reps is None else reps
@@ -325,6 +359,7 @@ def run_experiment(
         "seed": seed,
         "quick": quick,
         "fingerprint": fp,
+        **({"source": dict(source)} if source is not None else {}),
         "environment": results.environment(),
         "settings": setting_meta,
     }
@@ -391,16 +426,23 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     keys = [s.key for s in settings]
     if len(set(keys)) != len(keys):
         raise ValueError(f"experiment {experiment.name!r} has duplicate setting keys")
-    # Everything that changes results (not reps or chunking, which only add or split work).
+    # Everything that changes results, except what a study may grow: the repetitions and the
+    # list settings (grids of levels or settings). Each stored chunk names its setting, its
+    # repetitions and its levels, and check_settings refuses a setting whose shape changed,
+    # so a grown study reuses exactly the (setting, level, repetition) results it shares.
+    grids = [f.name for f in config.fields() if f.is_list]
     fp = results.fingerprint(
-        {"experiment": experiment.name, "config": config.to_dict(), "seed": seed, "format": 2,
-         "settings": [[s.key, s.columns, list(s.levels)] for s in settings]}
+        {"experiment": experiment.name, "seed": seed, "format": 3,
+         "config": {k: v for k, v in config.to_dict().items() if k not in grids}}
     )
+    _check_callbacks(settings)
     _check_memory(settings)
     _make_out_dir(out)
     # refuses another configuration's directory, naming the settings that differ
     store = results.ChunkStore(out, fp, identity={
-        "experiment": experiment.name, "config": config.to_dict(), "seed": seed})
+        "experiment": experiment.name, "config": config.to_dict(), "seed": seed},
+        growable=grids)
+    store.check_settings({s.key: _signature(s) for s in settings})
     total = reps * len(settings)
     show = progress and jax.process_index() == 0
     bar = sweep.default_progress(total, experiment.name) if show else None
@@ -414,14 +456,20 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
                 # (base.run splits the data into the steps' disjoint batches)
                 mode = ("stream" if s.estimator.batching == "disjoint"
                         and s.plan.num_blocks == s.estimator.num_steps else "materialize")
-            chunk = chunk_size or _auto_chunk(s, reps, memory_budget_gb * 2**30,
+            # stored chunks keep their ranges; new repetitions are cut into chunks that fit
+            stored = store.ranges(s.key)
+            done = sweep.finished_prefix(stored)
+            todo = max(reps - (done[-1][1] if done else 0), 1)
+            chunk = chunk_size or _auto_chunk(s, todo, memory_budget_gb * 2**30,
                                               num_devices or jax.local_device_count())
-            bounds = sweep.chunk_bounds(reps, chunk)
+            bounds = sweep.plan_bounds(stored, reps, chunk)
+            store.prune(s.key, bounds)
             store.set_bounds(s.key, bounds)
             t0 = time.perf_counter()
             traces[s.key] = sweep.run_setting(
                 s, reps=reps, seed=seed, chunk_size=chunk, data_mode=mode, store=store,
                 progress=bar.update if bar is not None else None, num_devices=num_devices,
+                bounds=bounds,
             )
             metrics, events = sweep.split_events(traces[s.key], sweep.event_structure(s))
             traces[s.key] = metrics
@@ -436,6 +484,9 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     finally:
         if bar is not None:
             bar.close()
+    if store.reused and jax.process_index() == 0:
+        results._report(f"dpjax: {out}: reused {store.reused} finished (setting, level, "
+                        f"repetition) results, computed {store.computed}")
     if jax.process_index() != 0:
         return [], [], [], setting_meta, fp, traces
     rows, iter_rows = _tidy(experiment.name, settings, traces)
@@ -443,6 +494,18 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     col_keys = list(dict.fromkeys(k for s in settings for k in s.columns))
     by = ["experiment", *col_keys, *level_keys]
     return rows, iter_rows, by, setting_meta, fp, traces
+
+
+def _signature(s: Setting) -> dict[str, Any]:
+    """What fixes a setting's results besides its levels and repetitions (checked against
+    the stored chunks of a setting with the same key)."""
+    truth = ("drawn per repetition" if s.draw_truth is not None
+             else results.fingerprint(np.asarray(s.truth, np.float64).tolist()))
+    return {"columns": s.columns, "estimator": s.estimator.name,
+            "steps": s.estimator.num_steps, "batching": s.estimator.batching,
+            "plan": [s.plan.num_blocks, s.plan.block_size], "n": s.n, "truth": truth,
+            "hparams": list(s.hparams_type._fields), "data_group": s.data_group,
+            "final_only": s.final_only}
 
 
 def _ledger(setting: Setting, level: Mapping[str, float], index: int,
