@@ -214,15 +214,15 @@ def plugin_experiments() -> list[tuple[Any, dict[str, Any]]]:
     return out
 
 
-def resolve(spec: str) -> tuple[Any, dict[str, Any] | None] | None:
+def resolve(spec: str, bundled: bool = True) -> tuple[Any, dict[str, Any] | None] | None:
     """``(experiment, source)`` for what ``dpjax run SPEC`` names, or None if nothing is
-    called so (a bundled name, a file, a module, or an installed package's experiment).
-    Raises :class:`~dpjax.config.ConfigError` when the file or module cannot give one."""
-    exp = _bundled().find(spec, fallback=False) if spec.isidentifier() else None
-    if exp is None and spec.isidentifier():
-        exp = _bundled().registry().get(spec)
-    if exp is not None:
-        return exp, None
+    called so (a bundled name, unless ``bundled`` is false; a file, a module, or an installed
+    package's experiment). Raises :class:`~dpjax.config.ConfigError` when the file or module
+    cannot give one."""
+    if bundled and spec.isidentifier():
+        exp = _bundled().find(spec)
+        if exp is not None:
+            return exp, None
     base, _ = _split(spec)
     if base.endswith(".py") or os.sep in base or "/" in base:
         return _from_file(spec)

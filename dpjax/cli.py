@@ -89,7 +89,11 @@ def _resolve(name: str):
     None."""
     from dpjax import _sources
 
-    return _sources.resolve(name)
+    if name.isidentifier():  # a bundled one: its own module first (one import), else any
+        exp = _experiments().find(name, fallback=False) or _registry().get(name)
+        if exp is not None:
+            return exp, None
+    return _sources.resolve(name, bundled=False)
 
 
 def _find(name: str):

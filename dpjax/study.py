@@ -426,12 +426,18 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     keys = [s.key for s in settings]
     if len(set(keys)) != len(keys):
         raise ValueError(f"experiment {experiment.name!r} has duplicate setting keys")
-    # Everything that changes results, except what a study may grow: the repetitions and the
-    # list settings (grids of levels or settings). Each stored chunk names its setting, its
-    # repetitions and its levels, and check_settings refuses a setting whose shape changed,
-    # so a grown study reuses exactly the (setting, level, repetition) results it shares.
-    grids = [f.name for f in config.fields() if f.is_list]
+    # Everything that changes results (not reps or chunking, which only add or split work):
+    # config.json's fingerprint, which dpjax run --all compares with the committed run's.
     fp = results.fingerprint(
+        {"experiment": experiment.name, "config": config.to_dict(), "seed": seed, "format": 2,
+         "settings": [[s.key, s.columns, list(s.levels)] for s in settings]}
+    )
+    # The chunk store's: the same, except what a study may grow (the list settings: grids of
+    # levels or of settings). Each stored chunk names its setting, its repetitions and its
+    # levels, and check_settings refuses a setting whose shape changed, so a grown study
+    # reuses exactly the (setting, level, repetition) results it shares with the stored ones.
+    grids = [f.name for f in config.fields() if f.is_list]
+    store_fp = results.fingerprint(
         {"experiment": experiment.name, "seed": seed, "format": 3,
          "config": {k: v for k, v in config.to_dict().items() if k not in grids}}
     )
@@ -439,7 +445,7 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     _check_memory(settings)
     _make_out_dir(out)
     # refuses another configuration's directory, naming the settings that differ
-    store = results.ChunkStore(out, fp, identity={
+    store = results.ChunkStore(out, store_fp, identity={
         "experiment": experiment.name, "config": config.to_dict(), "seed": seed},
         growable=grids)
     store.check_settings({s.key: _signature(s) for s in settings})

@@ -400,3 +400,73 @@ def test_every_bundled_experiment_passes_the_contract_check():
     for exp in registry().values():
         for s in exp.settings(exp.quick or exp.defaults)[:1]:
             sweep.check_setting(s)
+
+
+# --------------------------------------------------------------------------------------------
+# Smaller points
+# --------------------------------------------------------------------------------------------
+
+
+def _glm_data(y):
+    import jax.numpy as jnp
+
+    x = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (len(y), 3)), jnp.float32)
+    return x, jnp.asarray(y, jnp.float32)
+
+
+def test_logistic_labels_outside_0_1_are_refused():
+    import jax
+
+    from dpjax.algorithms import dp_glm
+    from dpjax.models.glm import GLM
+
+    model = GLM("logistic")
+    with pytest.raises(ValueError, match=r"labels must be 0 or 1; 1 are not \(e.g. 2"):
+        dp_glm.fit_dp_glm(jax.random.key(0), _glm_data([0, 1, 2, 1]), model, epsilon=1.0,
+                          num_iterations=2)
+    with pytest.raises(ValueError, match="recode a -1/\\+1 coding"):
+        model.validate_data(_glm_data([-1, 1, 1, -1]))
+    model.validate_data(_glm_data([0, 1, 1, 0]))  # 0/1 and booleans are fine
+    model.validate_data((_glm_data([0, 1, 1, 0])[0], np.array([True, False, True, True])))
+    GLM("linear").validate_data(_glm_data([0.5, 2.0, -3.0, 1.0]))  # no labels there
+
+
+def test_a_tiny_epsilon_warns_naming_it():
+    import jax
+
+    from dpjax._validate import DPJaxWarning
+    from dpjax.algorithms import dp_glm
+    from dpjax.models.glm import GLM
+
+    with pytest.warns(DPJaxWarning, match=r"epsilon = 1e-12 < 0.001: the noise"):
+        dp_glm.fit_dp_glm(jax.random.key(0), _glm_data([0, 1, 1, 0] * 10), GLM("logistic"),
+                          epsilon=1e-12, delta=1e-3, num_iterations=2)
+
+
+def test_integer_ranges_read_well():
+    from dpjax.algorithms import dp_glm
+    from dpjax.models.glm import GLM
+
+    with pytest.raises(ValueError, match=r"^num_iterations must be an integer >= 1; got 0$"):
+        dp_glm.noisy_gd(GLM("logistic"), 0)
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["rnu", "dp_mean"], "did you mean run?"),
+    (["run", "dp_mean", "--out", "x", "--quik"], "did you mean --quick (not --quik)?"),
+    (["run", "dp_mean", "--out", "x", "--sed", "3"], "did you mean --seed (not --sed)?"),
+])
+def test_did_you_mean_for_subcommands_and_options(argv, hint, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert hint in err and err.count("\n") == 1
+
+
+def test_float32_levels_are_written_as_given():
+    assert study._as_given(np.float32(1e-3)) == 0.001
+    assert study._as_given(np.float32(0.1)) == 0.1
+    assert study._as_given(np.float32(np.inf)) == math.inf
+    assert study._as_given(0.0010000000474974513) == 0.0010000000474974513  # a float64 as is
+    import jax.numpy as jnp
+
+    assert study._as_given(jnp.float32(1e-3)) == 0.001
