@@ -239,12 +239,13 @@ def _check_memory(settings: Sequence[Setting]) -> None:
 
 
 def _check_callbacks(settings: Sequence[Setting]) -> None:
-    """The callback contract of each distinct (estimator, simulate, init, record), checked by
-    abstract evaluation before anything compiles (:func:`dpjax.sweep.check_setting`): a
-    mistake in a study is one line naming the function, not a traceback from the scan."""
-    seen: set[tuple[int, ...]] = set()
+    """The callback contract, checked by abstract evaluation before anything compiles
+    (:func:`dpjax.sweep.check_setting`) on the first setting of each method (estimator name,
+    simulate, init and record): a mistake in a study is one line naming the function, not a
+    traceback from the scan."""
+    seen: set[tuple[Any, ...]] = set()
     for s in settings:
-        ident = tuple(id(f) for f in (s.estimator, s.simulate, s.init, s.record))
+        ident = (s.estimator.name, *(id(f) for f in (s.simulate, s.init, s.record)))
         if ident not in seen:
             seen.add(ident)
             sweep.check_setting(s)
