@@ -185,57 +185,12 @@ class StudyOutput:
     traces: dict[str, dict[str, np.ndarray]]
 
 
-def _rep_bytes(setting: Setting) -> int:
-    """Bytes one repetition needs: its data block, generation temporaries and a clipped copy
-    per level (all blocks when every iteration sees all data). Read off shapes only."""
-    truth = setting.example_truth()
-    leaves = jax.eval_shape(
-        lambda k: setting.simulate(k, setting.plan.block_size, truth), jax.random.key(0)
-    )
-    block_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in
-                      jax.tree_util.tree_leaves(leaves))
-    per_rep = block_bytes * (len(setting.levels) + 4)
-    if setting.estimator.batching != "disjoint":
-        per_rep *= setting.plan.num_blocks
-    return int(per_rep)
-
-
-def _auto_chunk(setting: Setting, reps: int, budget_bytes: float, devices: int = 1) -> int:
-    """Repetitions per chunk so that each device's share of a chunk (its data and per-level
-    temporaries) fits the budget, evened out over the chunks (every chunk is padded to one
-    shape: 50 reps at most 18 per chunk run as 3 x 17, not 18 + 18 + 14 padded to 3 x 18)."""
-    fit = int(max(1, budget_bytes // max(_rep_bytes(setting), 1))) * devices
-    per = math.ceil(reps / math.ceil(reps / fit))
-    return min(reps, math.ceil(per / devices) * devices)
-
-
-def default_memory_budget_gb() -> float:
-    """The default ``--memory-budget`` (per device): 0.1 GB on CPU, where larger chunks add
-    memory but no throughput (a core is busy with one repetition's arrays already; measured:
-    0.1 GB is as fast as 0.25 and 20-25% leaner on the Figure-1, Figure-3 (IV) and gradient-EM
-    studies), 2 GB on an accelerator, where batching repetitions is what fills the device."""
-    return 0.1 if jax.default_backend() == "cpu" else 2.0
-
-
-def _physical_memory() -> float:
-    try:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        return math.inf
-
-
-def _check_memory(settings: Sequence[Setting]) -> None:
-    """Fail fast, before anything is allocated or written, when one repetition of a setting
-    cannot fit in this machine's memory (chunking cannot split a repetition)."""
-    have = _physical_memory()
-    for s in settings:
-        need = _rep_bytes(s)
-        if need > have:
-            cols = ", ".join(f"{k}={v}" for k, v in s.columns.items() if k in ("n", "d", "s"))
-            raise ConfigError(
-                f"setting {s.key!r} ({cols}): one repetition needs {need / 2**30:,.1f} GiB, "
-                f"more than this machine's {have / 2**30:,.1f} GiB; choose smaller sizes"
-            )
+# The sweep plans each setting's run (data mode, chunk size, bounds, memory): these names stay
+# here for the benchmarks and older callers.
+_rep_bytes = sweep.rep_bytes
+_auto_chunk = sweep.auto_chunk
+_check_memory = sweep.check_memory
+default_memory_budget_gb = sweep.default_memory_budget_gb
 
 
 def _check_callbacks(settings: Sequence[Setting]) -> None:
@@ -457,26 +412,18 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     setting_meta = []
     try:
         for s in settings:
-            mode = data_mode
-            if mode == "auto":
-                # stream where each step's batch is one generated block, else materialise
-                # (base.run splits the data into the steps' disjoint batches)
-                mode = ("stream" if s.estimator.batching == "disjoint"
-                        and s.plan.num_blocks == s.estimator.num_steps else "materialize")
-            # stored chunks keep their ranges; new repetitions are cut into chunks that fit
-            stored = store.ranges(s.key)
-            done = sweep.finished_prefix(stored)
-            todo = max(reps - (done[-1][1] if done else 0), 1)
-            chunk = chunk_size or _auto_chunk(s, todo, memory_budget_gb * 2**30,
-                                              num_devices or jax.local_device_count())
-            bounds = sweep.plan_bounds(stored, reps, chunk)
-            store.prune(s.key, bounds)
-            store.set_bounds(s.key, bounds)
+            # the sweep plans the run once: data mode, chunk size, and the chunks (stored ones
+            # keep their ranges, new repetitions are cut into chunks that fit the budget)
+            plan = sweep.plan_run(s, reps, stored=store.ranges(s.key), chunk_size=chunk_size,
+                                  memory_budget_gb=memory_budget_gb, num_devices=num_devices,
+                                  data_mode=data_mode)
+            mode, chunk = plan.data_mode, plan.chunk_size
+            store.prune(s.key, plan.bounds)
+            store.set_bounds(s.key, plan.bounds)
             t0 = time.perf_counter()
             traces[s.key] = sweep.run_setting(
-                s, reps=reps, seed=seed, chunk_size=chunk, data_mode=mode, store=store,
+                s, reps=reps, seed=seed, plan=plan, store=store,
                 progress=bar.update if bar is not None else None, num_devices=num_devices,
-                bounds=bounds,
             )
             metrics, events = sweep.split_events(traces[s.key], sweep.event_structure(s))
             traces[s.key] = metrics
