@@ -394,6 +394,7 @@ def test_record_returning_no_dict_is_one_line(tmp_path, capsys):
     assert "record, record (" in err and "dict of named scalar metrics" in err
 
 
+@pytest.mark.slow  # every dpjax run checks its own; this one reads all 35 (about 100 s)
 def test_every_bundled_experiment_passes_the_contract_check():
     from dpjax.experiments import registry
 
