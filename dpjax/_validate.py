@@ -160,8 +160,8 @@ def check_int_in_range(
         raise TypeError(f"{name} must be an integer; got {type(value).__name__}")
     v = int(value)
     if v < low or (high is not None and v > high):
-        rng = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be an integer in {rng}; got {v}")
+        rng = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be an integer {rng}; got {v}")
     return v
 
 
@@ -238,11 +238,21 @@ def check_scalar(value: Any, name: str) -> float:
 def check_budget(epsilon: Any, delta: Any, n: int, stacklevel: int = 4, *,
                  allow_1_over_n: bool = False) -> tuple[float, float]:
     """One fit's ``(epsilon, delta)``: epsilon a scalar in (0, inf], delta by
-    :func:`resolve_delta` (default ``1/(2n)``)."""
+    :func:`resolve_delta` (default ``1/(2n)``). Warns (:class:`DPJaxWarning`) when epsilon is
+    below :data:`TINY_EPSILON`: legal, but the noise (of scale about 1/epsilon) then swamps
+    the estimate (epsilon = 1e-12 gives estimates around 1e12)."""
     eps = check_scalar(check_epsilon(epsilon), "epsilon")
+    if eps < TINY_EPSILON:
+        warnings.warn(
+            f"epsilon = {eps:g} < {TINY_EPSILON:g}: the noise, of scale about 1/epsilon, will "
+            "swamp the estimate (is epsilon in the right units? epsilon = 1 is a common "
+            "budget)", DPJaxWarning, stacklevel=max(stacklevel, _user_stacklevel()))
     return eps, resolve_delta(delta, n, private=math.isfinite(eps), stacklevel=stacklevel + 1,
                               allow_1_over_n=allow_1_over_n)
 
+
+#: Below this epsilon a ``fit_*`` warns that its noise swamps the estimate (it still runs).
+TINY_EPSILON = 1e-3
 
 #: The one delta policy of every ``fit_*`` (README, "Privacy notes"): ``delta`` is keyword-only
 #: and defaults to ``1/(2n)``, with ``n`` the records (the users of a local-DP fit); for a zCDP

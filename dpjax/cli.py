@@ -1,7 +1,11 @@
 """The ``dpjax`` command.
 
-``dpjax list``                      the experiments
-``dpjax run NAME --out DIR [...]``  run one (resumable; see ``dpjax run --help``)
+``dpjax list``                      the experiments (bundled, and installed packages')
+``dpjax run NAME --out DIR [...]``  run one (resumable; see ``dpjax run --help``); NAME is a
+                                    bundled experiment, a study file of your own
+                                    (``my_study.py``, ``my_study.py:NAME``), a module
+                                    (``package.module:NAME``) or an installed package's
+                                    experiment (entry-point group ``dpjax.experiments``)
 ``dpjax run --all --out DIR``       every committed report again, compared (dpjax.reproduce)
 ``dpjax plot [NAME] --out DIR``     redraw the figure of a finished run
 ``dpjax demo``                      a short example fit with its privacy ledger
@@ -10,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 
@@ -79,14 +84,28 @@ def _registry():
     return _experiments().registry()
 
 
+def _resolve(name: str):
+    """``(experiment, source)`` that ``dpjax run NAME`` names (see :mod:`dpjax._sources`), or
+    None."""
+    from dpjax import _sources
+
+    if name.isidentifier():  # a bundled one: its own module first (one import), else any
+        exp = _experiments().find(name, fallback=False) or _registry().get(name)
+        if exp is not None:
+            return exp, None
+    return _sources.resolve(name, bundled=False)
+
+
 def _find(name: str):
-    """Experiment ``name`` from its own module when it has one, else from the registry."""
-    exp = _experiments().find(name, fallback=False)
-    return exp if exp is not None else _registry().get(name)
+    """The experiment ``name`` names (bundled, a file, a module, a package's), or None."""
+    found = _resolve(name)
+    return None if found is None else found[0]
 
 
 def _unknown_experiment(name: str) -> str:
-    names = sorted(_registry())
+    from dpjax import _sources
+
+    names = sorted({*_registry(), *(e.name for e, _ in _sources.plugin_experiments())})
     from dpjax.config import _either, near
 
     close = near(name, names)
@@ -94,8 +113,14 @@ def _unknown_experiment(name: str) -> str:
 
         hint = f"did you mean {_either(close)}? ('dpjax list' shows them all)"
     else:
-        hint = f"'dpjax list' shows the {len(names)} experiments"
+        hint = (f"'dpjax list' shows the {len(names)} experiments; a study of your own runs "
+                "as 'dpjax run my_study.py' or 'dpjax run package.module:NAME'")
     return f"unknown experiment {name!r}; {hint}"
+
+
+# options of 'dpjax run' that take a value (to find NAME among the arguments)
+_RUN_VALUED = ("--out", "--reps", "--seed", "--set", "--chunk-size", "--memory-budget",
+               "--cpu-devices", "--data-mode")
 
 
 def _parse_set(items: list[str]) -> dict[str, str]:
@@ -110,13 +135,58 @@ def _parse_set(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _run_name(argv: list[str]) -> str | None:
+    """NAME among the arguments of ``dpjax run`` (the first that is no option or value)."""
+    args = iter(argv[1:])
+    for a in args:
+        if a in _RUN_VALUED:
+            next(args, None)
+        elif not a.startswith("-"):
+            return a
+    return None
+
+
 def _experiment_help(argv: list[str]) -> str | None:
     """For ``dpjax run NAME --help``: the settings of experiment NAME (else None)."""
     if argv[:1] != ["run"] or not ({"-h", "--help"} & set(argv)):
         return None
-    reg = _registry()
-    name = next((a for a in argv[1:] if a in reg), None)
-    return reg[name].help_text() if name is not None else None
+    name = _run_name(argv)
+    exp = _find(name) if name is not None else None
+    return exp.help_text() if exp is not None else None
+
+
+class _Suggesting(_Parser):
+    """One-line argparse errors with a "did you mean" for a mistyped option or subcommand
+    (argparse suggests none before Python 3.14; dpjax supports 3.10+)."""
+
+    def error(self, message: str):
+        super().error(message + _suggestion(self, message))
+
+
+def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
+    from dpjax.config import _either, near
+
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if choice:
+        options = re.findall(r"'([^']*)'", choice.group(2)) or [
+            c.strip() for c in choice.group(2).split(",")]
+        close = near(choice.group(1), options)
+        return f"; did you mean {_either(close)}?" if close else ""
+    unknown = re.search(r"unrecognized arguments: (.*)", message)
+    if not unknown:
+        return ""
+    known: set[str] = set(parser._option_string_actions)
+    for action in parser._actions:  # the subcommands' options too
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                known |= set(sub._option_string_actions)
+    hints = []
+    for arg in unknown.group(1).split():
+        if arg.startswith("--"):
+            close = near(arg.split("=", 1)[0], sorted(known))
+            if close:
+                hints.append(f"did you mean {_either(close)} (not {arg})?")
+    return "; " + " ".join(hints) if hints else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,14 +214,17 @@ def _run_one_study(argv: list[str]) -> int:
 
 
 def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = _Parser(prog="dpjax", description=__doc__.splitlines()[0])
+    parser = _Suggesting(prog="dpjax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the experiments")
     run = sub.add_parser("run", help="run an experiment and write its results files",
                          epilog=_experiment_help(argv),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("name", help="experiment name (see 'dpjax list'); 'dpjax run --all "
-                     "--out DIR' runs every committed report again ('dpjax run --all --help')")
+    run.add_argument("name", help="experiment: a name 'dpjax list' shows; a study file of "
+                     "your own, my_study.py (its one Experiment) or my_study.py:NAME; or a "
+                     "module, package.module:NAME. 'dpjax run NAME --help' lists its "
+                     "settings; 'dpjax run --all --out DIR' runs every committed report again "
+                     "('dpjax run --all --help')")
     run.add_argument("--out", required=True, help="output directory (a rerun resumes there)")
     run.add_argument("--reps", type=int, default=None, help="number of repetitions")
     run.add_argument("--seed", type=int, default=0, help="study seed, >= 0 (default 0)")
@@ -177,8 +250,9 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
                      "$JAX_COMPILATION_CACHE_DIR or ~/.cache/dpjax/jax)")
     replot = sub.add_parser("plot", help="redraw figure.png of a finished run from its CSV files")
     replot.add_argument("name", nargs="?", default=None,
-                        help="the experiment (optional: read from DIR/config.json; if given, "
-                        "it must agree)")
+                        help="the experiment (optional: DIR/config.json says which, and where "
+                        "a study of your own came from; if given, it must agree: e.g. "
+                        "my_study.py:NAME, for a study file that has moved)")
     replot.add_argument("--out", required=True, metavar="DIR",
                         help="the output directory of a finished 'dpjax run'")
     sub.add_parser("demo", help="fit one estimator and print its privacy ledger "
@@ -197,13 +271,7 @@ def _main(argv: list[str]) -> int:
         return _run_all(_all_parser().parse_args(argv[1:]))
     args = _build_parser(argv).parse_args(argv)
     if args.command == "list":
-        reg = _registry()
-        width = max(len(n) for n in reg)
-        for name, exp in sorted(reg.items()):
-            print(f"{name:<{width}}  {exp.title}")
-            if exp.description:
-                print(textwrap.indent(textwrap.fill(exp.description, 88), " " * (width + 2)))
-        return 0
+        return _list()
     if args.command == "plot":
         return _plot(args.name, args.out)
 
@@ -212,9 +280,10 @@ def _main(argv: list[str]) -> int:
                           f"{args.cpu_devices}")
     if args.seed < 0:
         raise ConfigError(f"--seed must be >= 0; got {args.seed}")
-    exp = _find(args.name)
-    if exp is None:
+    found = _resolve(args.name)
+    if found is None:
         raise ConfigError(_unknown_experiment(args.name))
+    exp, source = found
     overrides = _parse_set(args.set)
     set_cpu_devices(args.cpu_devices)
     if args.no_compile_cache:  # also overrides JAX_COMPILATION_CACHE_DIR, which jax reads
@@ -229,7 +298,7 @@ def _main(argv: list[str]) -> int:
         exp, args.out, reps=args.reps, seed=args.seed,
         overrides=overrides, chunk_size=args.chunk_size, quick=args.quick,
         progress=not args.no_progress, data_mode=args.data_mode,
-        memory_budget_gb=args.memory_budget,
+        memory_budget_gb=args.memory_budget, source=source,
     )
     print(f"wrote {out.out_dir}/results.csv, summary.csv, iterations.csv, config.json"
           + (", figure.png" if exp.plot is not None else ""))
@@ -276,20 +345,68 @@ def _run_all(args: argparse.Namespace) -> int:
 
 def _plot(name: str | None, out_dir: str) -> int:
     """``dpjax plot [NAME] --out DIR``: the experiment is the one DIR/config.json names."""
+    from dpjax import _sources
     from dpjax._validate import ConfigError
     from dpjax.study import read_run, replot
 
-    if name is not None and _find(name) is None:
-        raise ConfigError(_unknown_experiment(name))
-    saved = read_run(out_dir)["experiment"]
-    if name is not None and name != saved:
-        raise ConfigError(f"--out {out_dir} holds a run of {saved}, not {name} (its "
+    given = None
+    if name is not None:
+        given = _find(name)
+        if given is None:
+            raise ConfigError(_unknown_experiment(name))
+    meta = read_run(out_dir)
+    saved, source = meta["experiment"], meta.get("source")
+    if given is not None and given.name != saved:
+        raise ConfigError(f"--out {out_dir} holds a run of {saved}, not {given.name} (its "
                           f"config.json says so); 'dpjax plot --out {out_dir}' redraws it")
-    exp = _find(saved)
+    exp = given
+    if exp is None and isinstance(source, dict):
+        exp = _sources.load_source(source, f"--out {out_dir}")
+    if exp is None:
+        exp = _find(saved) if saved.isidentifier() else None
     if exp is None:
         raise ConfigError(f"--out {out_dir}: its config.json names experiment {saved!r}, "
-                          "which this version of dpjax does not have")
+                          "which is neither bundled with dpjax nor offered by an installed "
+                          "package, and records no file or module it came from; name it: "
+                          f"'dpjax plot my_study.py:{saved} --out {out_dir}'")
     print(f"wrote {replot(exp, out_dir)}")
+    return 0
+
+
+_REPORT = re.compile(r"experiments/reports/(\w+)\.md")
+
+
+def _list() -> int:
+    """``dpjax list``: the bundled experiments, then those of installed packages (entry-point
+    group ``dpjax.experiments``) with the package each comes from."""
+    from dpjax import _sources
+
+    reg = _registry()
+    extra = [(e, s) for e, s in _sources.plugin_experiments() if e.name not in reg]
+    broken = [(ep, v) for ep, v in _sources.plugins() if isinstance(v, Exception)]
+    width = max(len(n) for n in [*reg, *(e.name for e, _ in extra)])
+
+    def show(name: str, title: str, description: str) -> None:
+        print(f"{name:<{width}}  {title}")
+        if description:
+            # the reports are files of the repository (and pages of the docs site), not of
+            # the installed package
+            text = _REPORT.sub(r"the \1 report (experiments/reports/\1.md in the dpjax "
+                               "repository, and on its docs site)", description)
+            print(textwrap.indent(textwrap.fill(text, 88), " " * (width + 2)))
+
+    for name, exp in sorted(reg.items()):
+        show(name, exp.title, exp.description)
+    if extra or broken:
+        print("\nfrom installed packages (entry-point group dpjax.experiments):")
+    for exp, src in sorted(extra, key=lambda x: x[0].name):
+        show(exp.name, f"{exp.title} [package {src['distribution']}, entry point "
+             f"{src['entry_point']}]", exp.description)
+    for ep, exc in broken:
+        print(f"{ep.name:<{width}}  (entry point {ep.value} could not be loaded: "
+              f"{type(exc).__name__}: {exc})")
+    print("\na study of your own: dpjax run my_study.py --out DIR (or my_study.py:NAME, "
+          "package.module:NAME)")
     return 0
 
 

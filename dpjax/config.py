@@ -15,7 +15,7 @@ Everything else follows from the declaration: validation on construction (types;
 unless ``allow_inf``; bounds; choices; lists non-empty unless ``allow_empty``), the parsing of
 ``--set key=value`` (:meth:`Config.with_overrides`), the settings listed by
 ``dpjax run NAME --help`` (:meth:`Config.help_text`) and the ``config`` of ``config.json``
-(:meth:`Config.to_dict`). Every error is a :class:`~dpjax._validate.ConfigError` naming the
+(:meth:`Config.to_dict`). Every error is a :class:`~dpjax.config.ConfigError` naming the
 setting and its allowed values, e.g. ``--set n_base: must be an integer >= 20; got 0``.
 
 Supported field types: ``int``, ``float``, ``bool``, ``str`` and ``tuple[X, ...]`` of one of

@@ -62,7 +62,7 @@ def _safe(name: str) -> str:
 
 class StorageError(ConfigError, OSError):
     """A results file could not be written (disk full, read-only, ...): an ``OSError`` with its
-    ``errno``, and a :class:`~dpjax._validate.ConfigError` so that ``dpjax run`` reports it in
+    ``errno``, and a :class:`~dpjax.config.ConfigError` so that ``dpjax run`` reports it in
     one line. Completed chunks are kept: free space and rerun to resume."""
 
     __str__ = BaseException.__str__  # the message, not OSError's "[Errno n] ..."
@@ -114,13 +114,17 @@ class ChunkError(ValueError):
 
 
 def _chunk_header(fingerprint: str, key: str, start: int, stop: int,
-                  arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    return {
+                  arrays: Mapping[str, np.ndarray],
+                  levels: Sequence[str] | None = None) -> dict[str, Any]:
+    header = {
         "format": CHUNK_FORMAT, "fingerprint": fingerprint, "key": key,
         "start": int(start), "stop": int(stop),
         "arrays": {k: {"dtype": v.dtype.str, "shape": list(v.shape)}
                    for k, v in sorted(arrays.items())},
     }
+    if levels is not None:  # the levels along axis 1 of every array (sweep.level_label)
+        header["levels"] = [str(lv) for lv in levels]
+    return header
 
 
 def _chunk_digest(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
@@ -133,10 +137,11 @@ def _chunk_digest(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -
 
 
 def encode_chunk(path: str | os.PathLike, fingerprint: str, key: str, start: int, stop: int,
-                 arrays: Mapping[str, np.ndarray]) -> None:
+                 arrays: Mapping[str, np.ndarray], levels: Sequence[str] | None = None) -> None:
     """Write a chunk atomically: an ``.npz`` of ``arrays`` plus a member ``__chunk__`` holding
-    the header (format, fingerprint, key, repetition range, dtype and shape of every array)
-    and the SHA-256 of header and data. The file appears under its name complete or not at
+    the header (format, fingerprint, key, repetition range, dtype and shape of every array,
+    and, if given, the labels of the ``levels`` along each array's axis 1) and the SHA-256 of
+    header and data. The file appears under its name complete or not at
     all (temporary file, fsync, rename, fsync of the folder)."""
     arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
     for k, v in arrays.items():
@@ -146,7 +151,10 @@ def encode_chunk(path: str | os.PathLike, fingerprint: str, key: str, start: int
             raise ValueError(f"chunk {key!r} [{start}, {stop}): metric {k!r} has shape "
                              f"{v.shape} and dtype {v.dtype}; expected {stop - start} "
                              "repetitions of numbers")
-    header = _chunk_header(fingerprint, key, start, stop, arrays)
+        if levels is not None and (v.ndim < 2 or v.shape[1] != len(levels)):
+            raise ValueError(f"chunk {key!r}: metric {k!r} has shape {v.shape}; expected "
+                             f"{len(levels)} levels along axis 1")
+    header = _chunk_header(fingerprint, key, start, stop, arrays, levels)
     meta = header | {"sha256": _chunk_digest(header, arrays)}
     blob = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8)
     _atomic_write(Path(path), lambda f: np.savez(f, **arrays, **{_META: blob}), hint=(
@@ -158,6 +166,13 @@ def decode_chunk(path: str | os.PathLike, fingerprint: str, key: str, start: int
     """Read and verify a chunk written by :func:`encode_chunk`; raises :class:`ChunkError`
     unless the file is complete, its checksum matches, and it holds repetitions
     ``[start, stop)`` of setting ``key`` under ``fingerprint``."""
+    return _decode_chunk(path, fingerprint, key, start, stop)[0]
+
+
+def _decode_chunk(path: str | os.PathLike, fingerprint: str, key: str, start: int,
+                  stop: int) -> tuple[dict[str, np.ndarray], list[str] | None]:
+    """:func:`decode_chunk`, and the labels of the levels the chunk holds (None: not
+    recorded)."""
     try:
         with open(path, "rb") as fh:
             obj = np.load(fh, allow_pickle=False)
@@ -182,7 +197,11 @@ def decode_chunk(path: str | os.PathLike, fingerprint: str, key: str, start: int
         digest = meta.pop("sha256")
     except (ValueError, KeyError) as exc:
         raise ChunkError(f"damaged header: {exc}") from exc
-    header = _chunk_header(fingerprint, key, start, stop, arrays)
+    levels = meta.get("levels")
+    if levels is not None and (not isinstance(levels, list)
+                               or not all(isinstance(x, str) for x in levels)):
+        raise ChunkError("damaged header: its level labels are not a list of strings")
+    header = _chunk_header(fingerprint, key, start, stop, arrays, levels)
     if meta.get("format") != CHUNK_FORMAT:
         raise ChunkError(f"unknown chunk format {meta.get('format')!r}")
     for field in ("fingerprint", "key", "start", "stop"):
@@ -193,31 +212,45 @@ def decode_chunk(path: str | os.PathLike, fingerprint: str, key: str, start: int
     for k, v in arrays.items():
         if v.ndim < 1 or v.shape[0] != stop - start:
             raise ChunkError(f"metric {k!r} has shape {v.shape}, not {stop - start} repetitions")
+        if levels is not None and (v.ndim < 2 or v.shape[1] != len(levels)):
+            raise ChunkError(f"metric {k!r} has shape {v.shape}, not {len(levels)} levels")
     if _chunk_digest(header, arrays) != digest:
         raise ChunkError("checksum mismatch")
-    return arrays
+    return arrays, levels
 
 
 class ChunkStore:
     """Completed chunks of a study, one file each, written atomically and verified on read.
 
-    A chunk is identified by its setting and its repetition range, so a rerun with the same
-    chunk size reuses every completed chunk, and a rerun with more repetitions reuses the
-    chunks it shares. The store refuses to mix results of different configurations: the
-    ``fingerprint`` (a hash of everything that changes results) is checked on open, and every
+    A chunk is identified by its setting and its repetition range, and holds every level it
+    was run for (their labels are in its header): a rerun reuses every completed chunk, and a
+    study grows (more repetitions, more levels) around them -- a stored chunk keeps its range
+    (:func:`dpjax.sweep.plan_bounds`), a new level's repetitions are added to the chunks
+    already there, and a chunk file no run plan uses any more is deleted (:meth:`prune`).
+    The store refuses to mix results of different configurations: the ``fingerprint`` (a hash
+    of everything that changes results, except what may grow) is checked on open, and every
     chunk carries it, with its setting key, repetition range and a SHA-256 checksum (see
-    :func:`encode_chunk`). A chunk that fails verification is reported on stderr, moved aside
-    to ``NAME.corrupt`` and computed again; it is never used.
+    :func:`encode_chunk`); :meth:`check_settings` refuses a setting whose shape changed.
+    A chunk that fails verification is reported on stderr, moved aside to ``NAME.corrupt``
+    and computed again; it is never used.
+
+    ``growable``: the configuration fields that may change between runs in one directory
+    (list fields: the grids); a refusal names the other fields that differ.
     """
 
     def __init__(self, out_dir: str | os.PathLike, fingerprint: str,
-                 identity: Mapping[str, Any] | None = None) -> None:
+                 identity: Mapping[str, Any] | None = None,
+                 growable: Iterable[str] = ()) -> None:
         self.root = Path(out_dir) / "chunks"
         self.fingerprint = fingerprint
         self.bounds: dict[tuple[str, int], tuple[int, int]] = {}
         self._verified: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+        self._levels: dict[tuple[str, int], list[str] | None] = {}
+        self._pending_levels: dict[tuple[str, int], list[str]] = {}
         self._schema: dict[str, dict[str, Any]] = {}
         self._primary = _is_primary()
+        self.reused = 0  # (repetition, level) results read from stored chunks
+        self.computed = 0  # and computed by this run
         try:
             _make_dirs(self.root)
         except OSError as exc:
@@ -227,17 +260,20 @@ class ChunkStore:
         if marker.exists():
             old = marker.read_text().strip()
             if old != fingerprint:
-                changes = _identity_changes(_read_identity(Path(out_dir)), identity)
+                changes = _identity_changes(_read_identity(Path(out_dir)), identity,
+                                            skip=tuple(growable))
                 what = "; ".join(changes) if changes else f"fingerprint {old} != {fingerprint}"
+                grow = (" (only repetitions and the elements of a list setting may change: "
+                        "a study grows)" if growable else "")
                 raise _user_error(
                     f"{out_dir} holds results of a different configuration ({what}); "
-                    "rerun with the same settings to resume, or choose another --out directory "
-                    "(or delete this one)"
+                    f"rerun with the same settings to resume{grow}, or choose another --out "
+                    "directory (or delete this one)"
                 )
-        else:
-            if identity is not None:  # what the fingerprint hashes, to name what differs
-                _atomic_write_text(described, json.dumps(identity, indent=1, default=str)
-                                   + "\n")
+        if identity is not None and self._primary:
+            # what the fingerprint hashes (to name what differs), as of the latest run
+            _atomic_write_text(described, json.dumps(identity, indent=1, default=str) + "\n")
+        if not marker.exists():
             _atomic_write_text(marker, fingerprint + "\n")
         if self._primary:  # temporary files of a killed run: never a completed chunk
             stale = [*self.root.glob("*.tmp"), *self.root.glob("*/*.tmp")]
@@ -252,6 +288,82 @@ class ChunkStore:
     def set_bounds(self, key: str, bounds: Sequence[tuple[int, int]]) -> None:
         for i, b in enumerate(bounds):
             self.bounds[(key, i)] = b
+
+    def ranges(self, key: str) -> list[tuple[int, int]]:
+        """The repetition ranges of the chunk files stored for setting ``key``."""
+        out = []
+        for path in (self.root / _safe(key)).glob("reps-*-*.npz"):
+            parts = path.stem.split("-")
+            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                out.append((int(parts[1]), int(parts[2])))
+        return sorted(out)
+
+    def prune(self, key: str, bounds: Sequence[tuple[int, int]]) -> int:
+        """Delete the chunk files of ``key`` that the plan ``bounds`` does not use and that
+        overlap it (a chunking the study has outgrown); chunks past the plan's end (the
+        repetitions of a larger earlier run) are kept for a later run that asks for them.
+        Returns how many were deleted."""
+        if not self._primary:
+            return 0
+        keep = set(bounds)
+        end = max((b for _, b in bounds), default=0)
+        gone = 0
+        for a, b in self.ranges(key):
+            if (a, b) not in keep and a < end:
+                (self.root / _safe(key) / f"reps-{a:07d}-{b:07d}.npz").unlink(missing_ok=True)
+                gone += 1
+        if gone:
+            _fsync_dir(self.root / _safe(key))
+        return gone
+
+    def check_settings(self, signatures: Mapping[str, Mapping[str, Any]]) -> None:
+        """Refuse when a setting stored here has changed shape (``signatures``: setting key ->
+        what fixes its results besides its levels: columns, estimator, data plan, truth);
+        record the new ones. Settings stored but not asked for are kept."""
+        path = self.root / "settings.json"
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = {}
+        if not isinstance(old, dict):
+            old = {}
+        new = json.loads(json.dumps(dict(signatures), default=str))
+        for key, sig in new.items():
+            before = old.get(key)
+            if before is not None and before != sig:
+                diff = "; ".join(f"{k}: {_show(before.get(k))} -> {_show(sig.get(k))}"
+                                 for k in dict.fromkeys([*sig, *before])
+                                 if before.get(k) != sig.get(k))
+                raise _user_error(
+                    f"{self.root.parent} holds results of setting {key!r} as it was before "
+                    f"({diff}); rerun with the same settings to resume, or choose another "
+                    "--out directory (or delete this one)")
+        if self._primary and {**old, **new} != old:
+            _atomic_write_text(path, json.dumps({**old, **new}, indent=1) + "\n")
+
+    def tally(self, reused: int = 0, computed: int = 0) -> None:
+        """Count (repetition, level) results read from chunks and computed (for the run's
+        one line of what it reused)."""
+        self.reused += reused
+        self.computed += computed
+
+    def levels_of(self, key: str, i: int) -> list[str] | None:
+        """The labels of the levels stored chunk ``i`` of ``key`` holds (None: not recorded,
+        a chunk of an older dpjax: the levels asked for)."""
+        if (key, i) not in self._levels:
+            path = self._path(key, *self.bounds[(key, i)])
+            try:
+                with np.load(path, allow_pickle=False) as obj:
+                    meta = json.loads(obj[_META].tobytes().decode())
+                levels = meta.get("levels")
+            except Exception:  # noqa: BLE001 - verified by has() on process 0
+                levels = None
+            self._levels[(key, i)] = levels
+        return self._levels[(key, i)]
+
+    def save_levels(self, key: str, i: int, labels: Sequence[str]) -> None:
+        """The levels of the chunk that the next :meth:`save` of ``(key, i)`` writes."""
+        self._pending_levels[(key, i)] = list(labels)
 
     def has(self, key: str, i: int) -> bool:
         """Whether chunk ``i`` of ``key`` is complete and verified (a damaged one is moved
@@ -280,7 +392,10 @@ class ChunkStore:
         start, stop = self.bounds[(key, i)]
         arrays = {k: np.asarray(v) for k, v in arr.items()}
         self._check_schema(key, arrays, "computed")
-        encode_chunk(self._path(key, start, stop), self.fingerprint, key, start, stop, arrays)
+        levels = self._pending_levels.pop((key, i), None)
+        encode_chunk(self._path(key, start, stop), self.fingerprint, key, start, stop, arrays,
+                     levels)
+        self._levels[(key, i)] = levels
 
     def discard(self, key: str) -> None:
         """Delete every chunk of setting ``key`` (a refused level's values never stay on
@@ -297,10 +412,11 @@ class ChunkStore:
     def _read(self, key: str, i: int, path: Path) -> dict[str, np.ndarray] | None:
         start, stop = self.bounds[(key, i)]
         try:
-            arrays = decode_chunk(path, self.fingerprint, key, start, stop)
+            arrays, levels = _decode_chunk(path, self.fingerprint, key, start, stop)
         except ChunkError as exc:
             self._quarantine(path, str(exc))
             return None
+        self._levels[(key, i)] = levels
         self._check_schema(key, arrays, f"stored in {path}")
         return arrays
 
@@ -321,8 +437,9 @@ class ChunkStore:
         _report(f"dpjax: warning: damaged chunk {path} ({reason}); {done}; computing it again")
 
     def _check_schema(self, key: str, arrays: Mapping[str, np.ndarray], what: str) -> None:
-        """Every chunk of a setting holds the same metrics with the same trailing shapes."""
-        schema = {k: [v.dtype.str, list(v.shape[1:])] for k, v in sorted(arrays.items())}
+        """Every chunk of a setting holds the same metrics with the same trailing shapes
+        (beyond the level axis, whose length grows with the study)."""
+        schema = {k: [v.dtype.str, list(v.shape[2:])] for k, v in sorted(arrays.items())}
         known = self._schema.setdefault(key, schema)
         if known != schema:
             raise _user_error(
@@ -354,8 +471,9 @@ def _show(value: Any) -> str:
 
 
 def _identity_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
-                      limit: int = 8) -> list[str]:
-    """``name: old -> new`` for each setting (and the seed) that differs between two runs."""
+                      limit: int = 8, skip: Sequence[str] = ()) -> list[str]:
+    """``name: old -> new`` for each setting (and the seed) that differs between two runs
+    (those named in ``skip`` only when nothing else does)."""
     if old is None or new is None:
         return []
     new = json.loads(json.dumps(new, default=str))  # tuples as lists, as stored
@@ -368,9 +486,11 @@ def _identity_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | No
     missing = object()
     for name in dict.fromkeys([*after, *before]):
         a, b = before.get(name, missing), after.get(name, missing)
-        if a != b:
+        if a != b and (name not in skip or (a is missing) != (b is missing)):
             out.append(f"{name}: {'(none)' if a is missing else _show(a)} -> "
                        f"{'(none)' if b is missing else _show(b)}")
+    if not out and skip:
+        return _identity_changes(old, new, limit)
     if len(out) > limit:
         out[limit:] = [f"and {len(out) - limit} more"]
     return out

@@ -185,57 +185,25 @@ class StudyOutput:
     traces: dict[str, dict[str, np.ndarray]]
 
 
-def _rep_bytes(setting: Setting) -> int:
-    """Bytes one repetition needs: its data block, generation temporaries and a clipped copy
-    per level (all blocks when every iteration sees all data). Read off shapes only."""
-    truth = setting.example_truth()
-    leaves = jax.eval_shape(
-        lambda k: setting.simulate(k, setting.plan.block_size, truth), jax.random.key(0)
-    )
-    block_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in
-                      jax.tree_util.tree_leaves(leaves))
-    per_rep = block_bytes * (len(setting.levels) + 4)
-    if setting.estimator.batching != "disjoint":
-        per_rep *= setting.plan.num_blocks
-    return int(per_rep)
+# The sweep plans each setting's run (data mode, chunk size, bounds, memory): these names stay
+# here for the benchmarks and older callers.
+_rep_bytes = sweep.rep_bytes
+_auto_chunk = sweep.auto_chunk
+_check_memory = sweep.check_memory
+default_memory_budget_gb = sweep.default_memory_budget_gb
 
 
-def _auto_chunk(setting: Setting, reps: int, budget_bytes: float, devices: int = 1) -> int:
-    """Repetitions per chunk so that each device's share of a chunk (its data and per-level
-    temporaries) fits the budget, evened out over the chunks (every chunk is padded to one
-    shape: 50 reps at most 18 per chunk run as 3 x 17, not 18 + 18 + 14 padded to 3 x 18)."""
-    fit = int(max(1, budget_bytes // max(_rep_bytes(setting), 1))) * devices
-    per = math.ceil(reps / math.ceil(reps / fit))
-    return min(reps, math.ceil(per / devices) * devices)
-
-
-def default_memory_budget_gb() -> float:
-    """The default ``--memory-budget`` (per device): 0.1 GB on CPU, where larger chunks add
-    memory but no throughput (a core is busy with one repetition's arrays already; measured:
-    0.1 GB is as fast as 0.25 and 20-25% leaner on the Figure-1, Figure-3 (IV) and gradient-EM
-    studies), 2 GB on an accelerator, where batching repetitions is what fills the device."""
-    return 0.1 if jax.default_backend() == "cpu" else 2.0
-
-
-def _physical_memory() -> float:
-    try:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        return math.inf
-
-
-def _check_memory(settings: Sequence[Setting]) -> None:
-    """Fail fast, before anything is allocated or written, when one repetition of a setting
-    cannot fit in this machine's memory (chunking cannot split a repetition)."""
-    have = _physical_memory()
+def _check_callbacks(settings: Sequence[Setting]) -> None:
+    """The callback contract, checked by abstract evaluation before anything compiles
+    (:func:`dpjax.sweep.check_setting`) on the first setting of each method (estimator name,
+    simulate, init and record): a mistake in a study is one line naming the function, not a
+    traceback from the scan."""
+    seen: set[tuple[Any, ...]] = set()
     for s in settings:
-        need = _rep_bytes(s)
-        if need > have:
-            cols = ", ".join(f"{k}={v}" for k, v in s.columns.items() if k in ("n", "d", "s"))
-            raise ConfigError(
-                f"setting {s.key!r} ({cols}): one repetition needs {need / 2**30:,.1f} GiB, "
-                f"more than this machine's {have / 2**30:,.1f} GiB; choose smaller sizes"
-            )
+        ident = (s.estimator.name, *(id(f) for f in (s.simulate, s.init, s.record)))
+        if ident not in seen:
+            seen.add(ident)
+            sweep.check_setting(s)
 
 
 def _check_out_dir(out: Path) -> None:
@@ -257,7 +225,17 @@ def _make_out_dir(out: Path) -> None:
 
 
 def _level_columns(setting: Setting, level: Mapping[str, float]) -> dict[str, Any]:
-    return {k: float(v) for k, v in level.items()}
+    return {k: _as_given(v) for k, v in level.items()}
+
+
+def _as_given(value: Any) -> float:
+    """A level's value as the user wrote it: a float32 (or float16) number, e.g. a NumPy or
+    JAX scalar, becomes the float64 of its shortest decimal (``0.001``, not the
+    ``0.0010000000474974513`` of its binary value), so results.csv shows ``delta = 0.001``."""
+    arr = np.asarray(value)
+    if arr.dtype.kind == "f" and arr.dtype.itemsize < 8 and np.isfinite(arr).all():
+        return float(np.format_float_positional(arr[()], unique=True, trim="-"))
+    return float(value)
 
 
 def run_experiment(
@@ -273,6 +251,7 @@ def run_experiment(
     data_mode: str = "auto",
     memory_budget_gb: float | None = None,
     num_devices: int | None = None,
+    source: Mapping[str, Any] | None = None,
 ) -> StudyOutput:
     """Run an experiment and write its results files (see :mod:`dpjax.results`).
 
@@ -292,6 +271,17 @@ def run_experiment(
             many repetitions as fit it
             (default: :func:`default_memory_budget_gb`).
         num_devices: devices to shard repetitions over (default: all local devices).
+        source: where the experiment came from, recorded in ``config.json`` so that ``dpjax
+            plot --out DIR`` can load it again (``{"file": PATH, "name": NAME}``, ``{"module":
+            MODULE, "name": NAME}``; None: bundled with dpjax). ``dpjax run`` fills it in.
+
+    A rerun in the same ``out_dir`` resumes, and a study grows there: with more repetitions,
+    or more elements in a list setting (a grid of levels, e.g. ``eps_grid``, or of settings,
+    e.g. ``n_grid``), every finished (setting, level, repetition) is read back exactly as it
+    was and only the new ones are computed (the draws are keyed by them: see
+    :mod:`dpjax.sweep`); a line on stderr says how many were reused and computed. Fewer
+    repetitions or elements report only those asked for and keep the others' chunks for a
+    later run. A change to anything else is refused, naming what differs.
     """
     config = resolve_config(experiment, overrides, quick)
     reps = (experiment.quick_reps if quick else experiment.reps) if reps is None else reps
@@ -325,6 +315,7 @@ def run_experiment(
         "seed": seed,
         "quick": quick,
         "fingerprint": fp,
+        **({"source": dict(source)} if source is not None else {}),
         "environment": results.environment(),
         "settings": setting_meta,
     }
@@ -391,16 +382,29 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     keys = [s.key for s in settings]
     if len(set(keys)) != len(keys):
         raise ValueError(f"experiment {experiment.name!r} has duplicate setting keys")
-    # Everything that changes results (not reps or chunking, which only add or split work).
+    # Everything that changes results (not reps or chunking, which only add or split work):
+    # config.json's fingerprint, which dpjax run --all compares with the committed run's.
     fp = results.fingerprint(
         {"experiment": experiment.name, "config": config.to_dict(), "seed": seed, "format": 2,
          "settings": [[s.key, s.columns, list(s.levels)] for s in settings]}
     )
+    # The chunk store's: the same, except what a study may grow (the list settings: grids of
+    # levels or of settings). Each stored chunk names its setting, its repetitions and its
+    # levels, and check_settings refuses a setting whose shape changed, so a grown study
+    # reuses exactly the (setting, level, repetition) results it shares with the stored ones.
+    grids = [f.name for f in config.fields() if f.is_list]
+    store_fp = results.fingerprint(
+        {"experiment": experiment.name, "seed": seed, "format": 3,
+         "config": {k: v for k, v in config.to_dict().items() if k not in grids}}
+    )
+    _check_callbacks(settings)
     _check_memory(settings)
     _make_out_dir(out)
     # refuses another configuration's directory, naming the settings that differ
-    store = results.ChunkStore(out, fp, identity={
-        "experiment": experiment.name, "config": config.to_dict(), "seed": seed})
+    store = results.ChunkStore(out, store_fp, identity={
+        "experiment": experiment.name, "config": config.to_dict(), "seed": seed},
+        growable=grids)
+    store.check_settings({s.key: _signature(s) for s in settings})
     total = reps * len(settings)
     show = progress and jax.process_index() == 0
     bar = sweep.default_progress(total, experiment.name) if show else None
@@ -408,19 +412,17 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     setting_meta = []
     try:
         for s in settings:
-            mode = data_mode
-            if mode == "auto":
-                # stream where each step's batch is one generated block, else materialise
-                # (base.run splits the data into the steps' disjoint batches)
-                mode = ("stream" if s.estimator.batching == "disjoint"
-                        and s.plan.num_blocks == s.estimator.num_steps else "materialize")
-            chunk = chunk_size or _auto_chunk(s, reps, memory_budget_gb * 2**30,
-                                              num_devices or jax.local_device_count())
-            bounds = sweep.chunk_bounds(reps, chunk)
-            store.set_bounds(s.key, bounds)
+            # the sweep plans the run once: data mode, chunk size, and the chunks (stored ones
+            # keep their ranges, new repetitions are cut into chunks that fit the budget)
+            plan = sweep.plan_run(s, reps, stored=store.ranges(s.key), chunk_size=chunk_size,
+                                  memory_budget_gb=memory_budget_gb, num_devices=num_devices,
+                                  data_mode=data_mode)
+            mode, chunk = plan.data_mode, plan.chunk_size
+            store.prune(s.key, plan.bounds)
+            store.set_bounds(s.key, plan.bounds)
             t0 = time.perf_counter()
             traces[s.key] = sweep.run_setting(
-                s, reps=reps, seed=seed, chunk_size=chunk, data_mode=mode, store=store,
+                s, reps=reps, seed=seed, plan=plan, store=store,
                 progress=bar.update if bar is not None else None, num_devices=num_devices,
             )
             metrics, events = sweep.split_events(traces[s.key], sweep.event_structure(s))
@@ -438,6 +440,9 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     finally:
         if bar is not None:
             bar.close()
+    if store.reused and jax.process_index() == 0:
+        results._report(f"dpjax: {out}: reused {store.reused} finished (setting, level, "
+                        f"repetition) results, computed {store.computed}")
     if jax.process_index() != 0:
         return [], [], [], setting_meta, fp, traces
     rows, iter_rows = _tidy(experiment.name, settings, traces)
@@ -445,6 +450,18 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     col_keys = list(dict.fromkeys(k for s in settings for k in s.columns))
     by = ["experiment", *col_keys, *level_keys]
     return rows, iter_rows, by, setting_meta, fp, traces
+
+
+def _signature(s: Setting) -> dict[str, Any]:
+    """What fixes a setting's results besides its levels and repetitions (checked against
+    the stored chunks of a setting with the same key)."""
+    truth = ("drawn per repetition" if s.draw_truth is not None
+             else results.fingerprint(np.asarray(s.truth, np.float64).tolist()))
+    return {"columns": s.columns, "estimator": s.estimator.name,
+            "steps": s.estimator.num_steps, "batching": s.estimator.batching,
+            "plan": [s.plan.num_blocks, s.plan.block_size], "n": s.n, "truth": truth,
+            "hparams": list(s.hparams_type._fields), "data_group": s.data_group,
+            "final_only": s.final_only}
 
 
 def _ledger(setting: Setting, level: Mapping[str, float], index: int,

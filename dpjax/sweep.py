@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import struct
 import sys
 import zlib
@@ -53,10 +54,21 @@ __all__ = [
     "DataPlan",
     "Setting",
     "PerRepetition",
+    "RunPlan",
+    "auto_chunk",
+    "check_memory",
     "chunk_bounds",
+    "default_memory_budget_gb",
+    "plan_run",
+    "rep_bytes",
+    "resolve_data_mode",
+    "finished_prefix",
+    "level_label",
+    "plan_bounds",
     "resolve_truth",
     "event_structure",
     "split_events",
+    "check_setting",
     "compile_count",
     "level_id",
     "probe_ledger",
@@ -365,6 +377,134 @@ def chunk_bounds(reps: int, chunk_size: int) -> list[tuple[int, int]]:
     return [(a, min(a + chunk_size, reps)) for a in range(0, reps, chunk_size)]
 
 
+def finished_prefix(existing: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The stored chunks that tile the repetitions ``0, 1, 2, ...`` without a gap, in order
+    (the longest chunk where two start at the same repetition)."""
+    by_start: dict[int, int] = {}
+    for a, b in existing:
+        if b > a:
+            by_start[a] = max(b, by_start.get(a, b))
+    out, pos = [], 0
+    while pos in by_start:
+        out.append((pos, by_start[pos]))
+        pos = by_start[pos]
+    return out
+
+
+def plan_bounds(existing: Sequence[tuple[int, int]], reps: int,
+                chunk_size: int) -> list[tuple[int, int]]:
+    """The chunks of a run of ``reps`` repetitions beside stored chunks ``existing``: the
+    stored ones that tile ``0 .. reps - 1`` from the start are reused as they are (a study
+    grows: its finished repetitions are not split again), and the rest is cut into chunks of
+    ``chunk_size``. The last reused chunk may reach past ``reps`` (a smaller run reads the
+    repetitions it asks for)."""
+    done = [(a, b) for a, b in finished_prefix(existing) if a < reps]
+    start = done[-1][1] if done else 0
+    rest = [(a + start, b + start) for a, b in chunk_bounds(reps - start, chunk_size)] \
+        if start < reps else []
+    return done + rest
+
+
+# --------------------------------------------------------------------------------------------
+# Planning a setting's run: data mode, chunk size, chunks, memory
+# --------------------------------------------------------------------------------------------
+
+
+def rep_bytes(setting: Setting) -> int:
+    """Bytes one repetition needs: its data block, generation temporaries and a clipped copy
+    per level (all blocks when every iteration sees all data). Read off shapes only."""
+    truth = setting.example_truth()
+    leaves = jax.eval_shape(
+        lambda k: setting.simulate(k, setting.plan.block_size, truth), jax.random.key(0)
+    )
+    block_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in
+                      jax.tree_util.tree_leaves(leaves))
+    per_rep = block_bytes * (len(setting.levels) + 4)
+    if setting.estimator.batching != "disjoint":
+        per_rep *= setting.plan.num_blocks
+    return int(per_rep)
+
+
+def auto_chunk(setting: Setting, reps: int, budget_bytes: float, devices: int = 1) -> int:
+    """Repetitions per chunk so that each device's share of a chunk (its data and per-level
+    temporaries) fits the budget, evened out over the chunks (every chunk is padded to one
+    shape: 50 reps at most 18 per chunk run as 3 x 17, not 18 + 18 + 14 padded to 3 x 18)."""
+    fit = int(max(1, budget_bytes // max(rep_bytes(setting), 1))) * devices
+    per = math.ceil(reps / math.ceil(reps / fit))
+    return min(reps, math.ceil(per / devices) * devices)
+
+
+def default_memory_budget_gb() -> float:
+    """The default ``--memory-budget`` (per device): 0.1 GB on CPU, where larger chunks add
+    memory but no throughput (a core is busy with one repetition's arrays already; measured:
+    0.1 GB is as fast as 0.25 and 20-25% leaner on the Figure-1, Figure-3 (IV) and gradient-EM
+    studies), 2 GB on an accelerator, where batching repetitions is what fills the device."""
+    return 0.1 if jax.default_backend() == "cpu" else 2.0
+
+
+def _physical_memory() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return math.inf
+
+
+def check_memory(settings: Sequence[Setting]) -> None:
+    """Fail fast, before anything is allocated or written, when one repetition of a setting
+    cannot fit in this machine's memory (chunking cannot split a repetition)."""
+    have = _physical_memory()
+    for s in settings:
+        need = rep_bytes(s)
+        if need > have:
+            cols = ", ".join(f"{k}={v}" for k, v in s.columns.items() if k in ("n", "d", "s"))
+            raise _validate.ConfigError(
+                f"setting {s.key!r} ({cols}): one repetition needs {need / 2**30:,.1f} GiB, "
+                f"more than this machine's {have / 2**30:,.1f} GiB; choose smaller sizes"
+            )
+
+
+def resolve_data_mode(setting: Setting, data_mode: str = "auto") -> str:
+    """``"auto"``: stream where each step's batch is one generated block, else materialise
+    (:func:`dpjax.base.run` splits the data into the steps' disjoint batches)."""
+    if data_mode != "auto":
+        return _validate.check_choice(data_mode, "data_mode", ("materialize", "stream"))
+    return ("stream" if setting.estimator.batching == "disjoint"
+            and setting.plan.num_blocks == setting.estimator.num_steps else "materialize")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """How one setting runs: its data mode, the repetitions per kernel call, and the chunks
+    ``[(start, stop), ...]`` (stored ones first, as they are; see :func:`plan_bounds`)."""
+
+    data_mode: str
+    chunk_size: int
+    bounds: tuple[tuple[int, int], ...]
+
+
+def plan_run(setting: Setting, reps: int, *, stored: Sequence[tuple[int, int]] = (),
+             chunk_size: int | None = None, memory_budget_gb: float | None = None,
+             num_devices: int | None = None, data_mode: str = "auto") -> RunPlan:
+    """The run of ``reps`` repetitions of ``setting`` beside the stored chunks ``stored``:
+    the data mode (:func:`resolve_data_mode`), the chunk size (``chunk_size``, else as many
+    repetitions as fit each device's ``memory_budget_gb``, :func:`auto_chunk`, sized for the
+    repetitions still to compute), and the chunks, computed once (:func:`plan_bounds`)."""
+    mode = resolve_data_mode(setting, data_mode)
+    done = finished_prefix(stored)
+    todo = max(reps - (done[-1][1] if done else 0), 1)
+    if chunk_size is None:
+        budget = default_memory_budget_gb() if memory_budget_gb is None else memory_budget_gb
+        chunk_size = auto_chunk(setting, todo, budget * 2**30,
+                                num_devices or jax.local_device_count())
+    return RunPlan(mode, int(chunk_size), tuple(plan_bounds(stored, reps, chunk_size)))
+
+
+def level_label(level: dict[str, float]) -> str:
+    """A level's identity in stored chunks: its hyperparameters and their float64 values,
+    e.g. ``"delta=0.001,epsilon=0.5"`` (a level's draws depend on these values only)."""
+    return ",".join(f"{k}={float(level[k])!r}" for k in sorted(level))
+
+
 def run_setting(
     setting: Setting,
     *,
@@ -376,6 +516,8 @@ def run_setting(
     store: Any = None,
     progress: Callable[[int], None] | None = None,
     levels: Sequence[dict[str, float]] | None = None,
+    bounds: Sequence[tuple[int, int]] | None = None,
+    plan: RunPlan | None = None,
 ) -> np.ndarray:
     """Run all repetitions and levels of one setting.
 
@@ -390,12 +532,24 @@ def run_setting(
         data_mode: ``"materialize"`` or ``"stream"`` (see the module docstring).
         num_devices: devices to shard repetitions over (default: all local devices).
         store: optional chunk store (``has(key, i)``, ``load(key, i)``, ``save(key, i, arr)``)
-            for resuming: completed chunks are loaded instead of recomputed.
+            for resuming: completed chunks are loaded instead of recomputed. A store that also
+            has ``levels_of(key, i)`` (the level labels a stored chunk holds, see
+            :func:`level_label`) and ``save_levels(key, i, labels)`` lets a study grow: a
+            stored chunk that lacks some of the levels asked for gets them computed (the
+            same draws: the keys depend on the level's values only) and is rewritten with
+            every level; levels it holds beyond those asked for are kept in the file.
         progress: called with the number of repetitions finished after each chunk.
         levels: run only these levels (default: ``setting.levels``).
+        bounds: the chunks ``[(start, stop), ...]`` (default: ``chunk_bounds(reps,
+            chunk_size)``); they tile ``0 .. reps - 1`` and the last may reach past ``reps``
+            (a stored chunk of a larger run: only the first ``reps`` repetitions are read).
+        plan: a :func:`plan_run` plan; gives ``chunk_size``, ``data_mode`` and ``bounds``.
     """
+    if plan is not None:
+        chunk_size, data_mode, bounds = plan.chunk_size, plan.data_mode, plan.bounds
     reps = _validate.check_int_in_range(reps, "reps", 1)
     chunk_size = reps if chunk_size is None else chunk_size
+    bounds = chunk_bounds(reps, chunk_size) if bounds is None else list(bounds)
     devices = len(jax.devices()) if num_devices is None else num_devices
     devices = max(1, min(devices, chunk_size))
     kernel = make_kernel(
@@ -407,24 +561,24 @@ def run_setting(
         np.asarray(jax.random.key_data(k))
         for k in study_keys(seed, setting.key, setting.data_group)
     )
-    hparams = jax.tree_util.tree_map(np.asarray, setting.hparams(levels))
-    ids = setting.level_ids(levels)
+    levels = list(setting.levels if levels is None else levels)
+    labels = [level_label(lv) for lv in levels]
     truth = setting.fixed_truth
     multi = jax.process_count() > 1
+    primary = jax.process_index() == 0
     rep_sharding = _rep_sharding(devices)[1] if devices > 1 else None
-    # Pad every chunk to a common multiple of the device count: one shape, one compile.
+    # Pad every call to a common multiple of the device count: one shape, one compile.
     padded = math.ceil(chunk_size / devices) * devices
-    out = []
-    for i, (a, b) in enumerate(chunk_bounds(reps, chunk_size)):
-        done = store is not None and store.has(setting.key, i)
-        if multi:  # every process must take the same branch: process 0 decides
-            from jax.experimental import multihost_utils
+    growable = store is not None and hasattr(store, "levels_of")
+    tally = getattr(store, "tally", None)
 
-            done = bool(multihost_utils.broadcast_one_to_all(np.asarray(done)))
-        if done:
-            arr = store.load(setting.key, i) if jax.process_index() == 0 else None
-        else:
-            idx = np.arange(a, a + padded, dtype=np.uint32)
+    def compute(a: int, b: int, lvls: Sequence[dict[str, float]]) -> dict[str, np.ndarray]:
+        """Repetitions ``a .. b - 1`` of levels ``lvls``, in calls of ``padded`` repetitions."""
+        hparams = jax.tree_util.tree_map(np.asarray, setting.hparams(lvls))
+        ids = setting.level_ids(lvls)
+        parts = []
+        for a2 in range(a, b, padded):
+            idx = np.arange(a2, a2 + padded, dtype=np.uint32)
             if rep_sharding is not None:
                 reps_in = jax.make_array_from_callback((padded,), rep_sharding,
                                                        lambda index, idx=idx: idx[index])
@@ -438,21 +592,239 @@ def run_setting(
             res = jax.device_get(res)
             if not isinstance(res, dict):
                 raise TypeError("a setting's record must return a dict of named metrics")
-            arr = {k: np.asarray(v)[: b - a] for k, v in res.items()}
-            bad = [k for k, v in arr.items()
-                   if not k.startswith(EVENT_PREFIX) and not np.isfinite(v).all()]
-            if bad:
-                raise FloatingPointError(
-                    f"setting {setting.key!r}: non-finite {bad} in repetitions {a}..{b - 1}"
-                )
-            if store is not None and jax.process_index() == 0:
+            parts.append({k: np.asarray(v)[: min(padded, b - a2)] for k, v in res.items()})
+        arr = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
+        bad = [k for k, v in arr.items()
+               if not k.startswith(EVENT_PREFIX) and not np.isfinite(v).all()]
+        if bad:
+            raise FloatingPointError(
+                f"setting {setting.key!r}: non-finite {bad} in repetitions {a}..{b - 1}"
+            )
+        if tally is not None:
+            tally(computed=(b - a) * len(lvls))
+        return arr
+
+    out = []
+    for i, (a, b) in enumerate(bounds):
+        if a >= reps:
+            break
+        done = store is not None and store.has(setting.key, i)
+        if multi:  # every process must take the same branch: process 0 decides
+            from jax.experimental import multihost_utils
+
+            done = bool(multihost_utils.broadcast_one_to_all(np.asarray(done)))
+        if done:
+            arr = store.load(setting.key, i) if primary else None
+            stored = list(store.levels_of(setting.key, i) or labels) if growable else labels
+            missing = [lv for lv, lab in zip(levels, labels) if lab not in stored]
+            if missing:  # the study grew: these levels' draws, for the stored repetitions
+                new = compute(a, b, missing)
+                if primary:
+                    arr = {k: np.concatenate([arr[k], new[k]], axis=1) for k in arr}
+                    stored = stored + [level_label(lv) for lv in missing]
+                    store.save_levels(setting.key, i, stored)
+                    store.save(setting.key, i, arr)
+            if primary:
+                if tally is not None:
+                    tally(reused=(min(b, reps) - a) * (len(levels) - len(missing)))
+                if stored != labels:  # the levels asked for, in their order
+                    pick = np.array([stored.index(lab) for lab in labels])
+                    arr = {k: v[:, pick] for k, v in arr.items()}
+        else:
+            arr = compute(a, b, levels)
+            if store is not None and primary:
+                if growable:
+                    store.save_levels(setting.key, i, labels)
                 store.save(setting.key, i, arr)
+        if arr is not None and b > reps:
+            arr = {k: v[: reps - a] for k, v in arr.items()}
         out.append(arr)
         if progress is not None:
-            progress(b - a)
+            progress(min(b, reps) - a)
     if any(o is None for o in out):  # a non-zero process skipped chunks process 0 had stored
         return {}
     return {k: np.concatenate([o[k] for o in out], axis=0) for k in out[0]}
+
+
+# --------------------------------------------------------------------------------------------
+# The callback contract, checked before anything compiles
+# --------------------------------------------------------------------------------------------
+
+
+def describe_function(fn: Any) -> str:
+    """``module.qualname (file:line)`` of a user's function, for one-line errors."""
+    import inspect
+    import os
+
+    inner = fn
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    inner = getattr(inner, "__func__", inner)
+    name = getattr(inner, "__qualname__", None) or type(inner).__name__
+    module = getattr(inner, "__module__", None)
+    if module and not module.startswith("_dpjax_study_"):
+        name = f"{module}.{name}"
+    try:
+        path = inspect.getsourcefile(inner)
+        line = inner.__code__.co_firstlineno
+    except (TypeError, AttributeError):
+        return name
+    if path is None:
+        return name
+    rel = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+    return f"{name} ({rel}:{line})"
+
+
+def describe_structure(tree: Any) -> str:
+    """A pytree of shapes in one line: ``GLMData(x=f32[125,5], y=f32[125])``,
+    ``tuple(f32[125,5], f32[125])``, ``{'error': f32[]}``."""
+    if isinstance(tree, jax.ShapeDtypeStruct) or hasattr(tree, "shape") and hasattr(
+            tree, "dtype"):
+        dtype = np.dtype(tree.dtype) if not jnp.issubdtype(tree.dtype, jax.dtypes.prng_key) \
+            else None
+        short = ("key" if dtype is None else
+                 {"f": "f", "i": "i", "u": "u", "b": "bool", "c": "c"}[dtype.kind])
+        bits = "" if dtype is None or short == "bool" else str(dtype.itemsize * 8)
+        return f"{short}{bits}[{','.join(str(d) for d in tree.shape)}]"
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        inner = ", ".join(f"{f}={describe_structure(v)}" for f, v in zip(tree._fields, tree))
+        return f"{type(tree).__name__}({inner})"
+    if isinstance(tree, (tuple, list)):
+        inner = ", ".join(describe_structure(v) for v in tree)
+        return f"{type(tree).__name__}({inner})"
+    if isinstance(tree, dict):
+        return "{" + ", ".join(f"{k!r}: {describe_structure(v)}" for k, v in tree.items()) + "}"
+    if tree is None:
+        return "None"
+    if dataclasses.is_dataclass(tree):
+        inner = ", ".join(f"{f.name}={describe_structure(getattr(tree, f.name))}"
+                          for f in dataclasses.fields(tree))
+        return f"{type(tree).__name__}({inner})"
+    return type(tree).__name__
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).strip().splitlines()[:1]) or type(exc).__name__
+    text = text if len(text) <= 240 else text[:237] + "..."
+    return f"{type(exc).__name__}: {text}"
+
+
+def _model_of(estimator: Estimator) -> Any:
+    """The model object an estimator's step closes over (one with a ``simulate`` method), if
+    any: its ``simulate`` says which data type the estimator expects."""
+    def scan(fn, depth=0):
+        if depth > 2 or fn is None:
+            return None
+        if isinstance(fn, functools.partial):
+            for obj in (*fn.args, *fn.keywords.values()):
+                if callable(getattr(obj, "simulate", None)) and not callable(obj):
+                    return obj
+            return scan(fn.func, depth + 1)
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                obj = cell.cell_contents
+            except ValueError:
+                continue
+            if callable(getattr(obj, "simulate", None)) and not isinstance(obj, type):
+                return obj
+            if callable(obj) and hasattr(obj, "__closure__"):
+                found = scan(obj, depth + 1)
+                if found is not None:
+                    return found
+        return None
+
+    return scan(estimator.step) or scan(estimator.ledger)
+
+
+def check_setting(setting: Setting) -> None:
+    """Check a setting's callbacks against the estimator by abstract evaluation
+    (``jax.eval_shape``: nothing is computed or compiled): ``simulate`` returns the data type
+    the estimator's model expects, ``init`` returns start values the estimator's ``init``
+    takes (not a state), a step keeps the state's structure, shapes and dtypes, and
+    ``record`` returns a dict of scalar metrics. A mistake raises a one-line
+    :class:`~dpjax.config.ConfigError` naming the user's function (qualified name and
+    file:line) and the structure expected against the one it returned."""
+    from dpjax._validate import ConfigError
+
+    est = setting.estimator
+    where = f"setting {setting.key!r}"
+    sim, ini, rec = (describe_function(f) for f in (setting.simulate, setting.init,
+                                                     setting.record))
+    key = jax.random.key(0)
+    try:
+        truth = setting.example_truth()
+    except Exception as exc:  # noqa: BLE001 - reported in one line
+        raise ConfigError(f"{where}: drawing the truth fails ({_first_line(exc)})") from None
+    m = setting.plan.block_size
+    try:
+        block = jax.eval_shape(lambda k: setting.simulate(k, m, truth), key)
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(f"{where}: simulate, {sim}, fails on (key, {m}, truth): "
+                          f"{_first_line(exc)}") from None
+    model = _model_of(est)
+    if model is not None:
+        try:
+            expected = jax.eval_shape(lambda k: model.simulate(k, m, truth), key)
+        except Exception:  # noqa: BLE001 - only a hint (the truth may not fit the model)
+            expected = None
+        if expected is not None and (jax.tree_util.tree_structure(expected)
+                                     != jax.tree_util.tree_structure(block)):
+            raise ConfigError(
+                f"{where}: simulate, {sim}, returned {describe_structure(block)}; estimator "
+                f"{est.name} expects {describe_structure(expected)} (what its model's "
+                "simulate returns)")
+    try:
+        params0 = jax.eval_shape(lambda k: setting.init(k, truth), key)
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(f"{where}: init, {ini}, fails on (key, truth): "
+                          f"{_first_line(exc)}") from None
+    like = (f" (start values, e.g. shaped like the truth: {describe_structure(truth)})"
+            if hasattr(truth, "shape") else " (the start values)")
+    try:
+        state = jax.eval_shape(est.init, params0)
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(f"{where}: init, {ini}, returned {describe_structure(params0)}, "
+                          f"which estimator {est.name}'s init cannot take{like}: "
+                          f"{_first_line(exc)}") from None
+    if (type(params0) is type(state) and isinstance(params0, tuple)
+            and hasattr(params0, "_fields")):
+        raise ConfigError(f"{where}: init, {ini}, returned {describe_structure(params0)}, "
+                          f"the estimator's state; it must return the values estimator "
+                          f"{est.name} builds its state from{like}")
+    if est.batching == "disjoint":
+        rows = setting.plan.num_records // est.num_steps
+    else:
+        rows = setting.plan.num_records
+    data = jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct((rows,) + tuple(x.shape[1:]), x.dtype), block)
+    hp = jax.tree_util.tree_map(lambda x: x[0], setting.hparams())
+    try:
+        new_state, _ = jax.eval_shape(est.step, key, state, data, hp)
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(
+            f"{where}: estimator {est.name}'s step fails on the data of simulate, {sim} "
+            f"({describe_structure(data)}), from the start values of init, {ini} "
+            f"({describe_structure(params0)}): {_first_line(exc)}") from None
+    same = (jax.tree_util.tree_structure(new_state) == jax.tree_util.tree_structure(state)
+            and all(a.shape == b.shape and a.dtype == b.dtype for a, b in zip(
+                jax.tree_util.tree_leaves(new_state), jax.tree_util.tree_leaves(state))))
+    if not same:
+        raise ConfigError(
+            f"{where}: init, {ini}, returned {describe_structure(params0)}, from which "
+            f"estimator {est.name} builds the state {describe_structure(state)}, but its step "
+            f"returns {describe_structure(new_state)}; return start values of the shapes and "
+            "dtypes the step keeps")
+    try:
+        metrics = jax.eval_shape(setting.record, state, truth)
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(f"{where}: record, {rec}, fails on (state, truth) with the state "
+                          f"{describe_structure(state)}: {_first_line(exc)}") from None
+    if not isinstance(metrics, dict) or not metrics or any(
+            not isinstance(k, str) or getattr(v, "shape", None) != ()
+            for k, v in metrics.items()):
+        raise ConfigError(f"{where}: record, {rec}, returned {describe_structure(metrics)}; "
+                          "it must return a dict of named scalar metrics, e.g. "
+                          "{'error': f32[]}")
 
 
 def event_structure(setting: Setting) -> Any:

@@ -315,7 +315,7 @@ def test_bad_output_directories(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["run", "em_fig1", "--out", str(out)] + small) == 0
     before = sorted(p.name for p in out.rglob("*"))
-    assert cli.main(["run", "em_fig1", "--out", str(out)] + small + ["--set", "eps_grid=0.7"]) == 2
+    assert cli.main(["run", "em_fig1", "--out", str(out)] + small + ["--set", "d=41"]) == 2
     err = capsys.readouterr().err
     assert "holds results of a different configuration" in err and "Traceback" not in err
     assert sorted(p.name for p in out.rglob("*")) == before

@@ -566,7 +566,7 @@ def test_linear_and_poisson_extensions_are_private_only_with_a_predictor_clip(ke
         (dict(epsilon=float("nan")), ValueError, "epsilon must be > 0"),
         (dict(epsilon="big"), TypeError, "epsilon must be a real number"),
         (dict(delta=1.0), ValueError, r"delta must lie in the open interval \(0, 1\)"),
-        (dict(num_iterations=0), ValueError, r"num_iterations must be an integer in"),
+        (dict(num_iterations=0), ValueError, r"num_iterations must be an integer >= 1"),
         (dict(num_iterations=2.5), TypeError, "num_iterations must be an integer"),
         (dict(eta=-1.0), ValueError, "eta must lie in"),
         (dict(truncation=0.0), ValueError, "truncation must lie in"),

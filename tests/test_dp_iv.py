@@ -533,7 +533,7 @@ def test_parameter_draw_follows_the_stated_design():
         (dict(rho1=np.array([1.0, 2.0])), ValueError, "rho1 must be a scalar"),
         (dict(eta=0.0), ValueError, "eta must lie in"),
         (dict(alpha=np.inf), ValueError, "alpha must lie in"),
-        (dict(num_iterations=0), ValueError, r"num_iterations must be an integer in"),
+        (dict(num_iterations=0), ValueError, r"num_iterations must be an integer >= 1"),
         (dict(num_iterations=2.5), TypeError, "num_iterations must be an integer"),
         (dict(gamma1=-1.0), ValueError, "gamma1 must lie in"),
         (dict(gamma2=np.inf), ValueError, "gamma2 = inf"),

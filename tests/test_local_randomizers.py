@@ -446,7 +446,7 @@ def test_invalid_inputs_raise_errors_naming_the_parameter(key):
             LR.l2_ball_randomizer(same_key(key), x, bad, 1.0)
     with pytest.raises(ValueError, match="radius = inf"):
         LR.randomizer_scale(math.inf, 1.0, 3)
-    with pytest.raises(ValueError, match=r"dim must be an integer in >= 1"):
+    with pytest.raises(ValueError, match=r"dim must be an integer >= 1"):
         LR.randomizer_scale(1.0, 1.0, 0)
     with pytest.raises(ValueError, match=r"\(p,\)"):
         LR.l2_ball_randomizer(same_key(key), jnp.ones((2, 3)), 1.0, 1.0)
@@ -457,7 +457,7 @@ def test_invalid_inputs_raise_errors_naming_the_parameter(key):
         LR.local_gaussian_sigma(-1.0, 0.5, 1e-5)
     with pytest.raises(ValueError, match="range_fro = inf"):
         LR.symmetric_gaussian_sigma(math.inf, 0.5, 1e-5)
-    with pytest.raises(ValueError, match=r"n must be an integer in >= 1"):
+    with pytest.raises(ValueError, match=r"n must be an integer >= 1"):
         LR.aggregate_sigma(1.0, 0)
     with pytest.raises(ValueError, match="relation='local'"):
         LR.local_gaussian(same_key(key), BoundedStatistic(x, 1.0, "l2"), 0.5, 1e-5)
@@ -474,7 +474,7 @@ def test_invalid_inputs_raise_errors_naming_the_parameter(key):
         LR.ldp_iht_radius(4, 2, 1.0, 1.0, variant="published")
     with pytest.raises(ValueError, match=r"tau1 must lie in \(0, inf\]"):
         LR.ldp_iht_radius(4, 2, 0.0, 1.0)
-    with pytest.raises(ValueError, match=r"k_prime must be an integer in >= 1"):
+    with pytest.raises(ValueError, match=r"k_prime must be an integer >= 1"):
         LR.ldp_iht_radius(4, 0, 1.0, 1.0)
     # the classic calibration is unproven above epsilon = 1: the default is the analytic one
     # there (delivering (2, 1e-5) on the exact curve), the classic formula on request

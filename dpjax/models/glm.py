@@ -430,6 +430,10 @@ class GLM:
         ``x`` must be a finite real ``(n, d)`` array and ``y`` a finite real ``(n,)`` array.
         Out-of-range values are *not* rejected (that would make the output depend on one
         record): x is clipped to the design bound and y to ``[-R, R]`` inside the algorithms.
+        One exception, with ``on_invalid="raise"`` (the default, for simulations and data
+        checked beforehand): a logistic model's labels must be 0 or 1 (``y ~ Bernoulli``;
+        booleans are accepted), and anything else (a label 2, or -1 of a +-1 coding) is
+        refused as a wrong coding, before anything is computed.
         """
         if isinstance(data, GLMData):
             x, y = data.x, data.y
@@ -438,6 +442,12 @@ class GLM:
         else:
             raise TypeError("data must be a GLMData(x, y) or a pair (x, y)")
         x, y = _validate.check_xy(x, y, on_invalid, allow_bool_y=True)
+        if self.family == "logistic" and on_invalid == "raise" and y.dtype != np.bool_:
+            bad = ~np.isin(y, (0.0, 1.0))
+            if bad.any():
+                raise ValueError(
+                    f"data.y: a logistic model's labels must be 0 or 1; {int(bad.sum())} are "
+                    f"not (e.g. {y[bad][0]:g}; recode a -1/+1 coding as (y + 1) / 2)")
         dtype = jnp.result_type(float)
         return GLMData(jnp.asarray(x, dtype=dtype), jnp.asarray(y, dtype=dtype))
 
