@@ -885,7 +885,7 @@ class PlannedEvent(PrivacyEvent):
 jax.tree_util.register_dataclass(
     PlannedEvent, data_fields=["sensitivity", "scale", "true_sensitivity", "delta",
                                "float_event"],
-    meta_fields=["kind", "norm", "relation", "s", "log_constant", "calibration"],
+    meta_fields=["kind", "norm", "relation", "s", "log_constant", "calibration", "dtype"],
 )
 
 
