@@ -15,7 +15,7 @@ Modules:
 from importlib import metadata as _metadata
 
 from dpjax import accounting, algorithms, base, mechanisms, models
-from dpjax import discrete_noise as discrete_noise  # floating-point-safe noise (issue 17)
+from dpjax import discrete_noise as discrete_noise  # floating-point-safe noise
 from dpjax.accounting import ZCDP, ApproxDP, Ledger
 from dpjax.base import Estimator, FitResult, fit, run
 from dpjax.mechanisms import BoundedStatistic

@@ -552,7 +552,7 @@ class Ledger:
             if delta is None:
                 raise ValueError(f"composition={composition!r} of zCDP releases needs the target "
                                  "delta for the conversion")
-            if conversion == "gaussian":  # exact for all-Gaussian compositions (issue 5)
+            if conversion == "gaussian":  # exact for all-Gaussian compositions
                 approx = gaussian_conversion(rel, guarantee.rho, delta)
             else:
                 approx = zcdp_to_approx_dp(guarantee.rho, delta, method=conversion)
@@ -675,7 +675,7 @@ def _approx_to_zcdp(b: ApproxDP) -> ZCDP:
 
 
 # --------------------------------------------------------------------------------------------
-# issue 5 (DP GLMs, spec 003): calibration by the exact Gaussian curve
+# DP GLMs (spec 003): calibration by the exact Gaussian curve
 # --------------------------------------------------------------------------------------------
 
 __all__ += ["gaussian_mu_for_epsilon", "gaussian_conversion"]

@@ -1253,7 +1253,7 @@ def local_mechanism(key: jax.Array, stat: BoundedStatistic, mechanism, *budget: 
 
 
 # --------------------------------------------------------------------------------------------
-# issue 5 (DP GLMs, spec 003)
+# DP GLMs (spec 003): the response coin and a declared sensitivity margin
 # --------------------------------------------------------------------------------------------
 
 __all__ += ["RESPONSE_BITS", "implemented_flip_probability", "randomized_response_bit",
@@ -1276,7 +1276,7 @@ def with_sensitivity_margin(stat: BoundedStatistic, margin: Any) -> BoundedStati
 
 
 # --------------------------------------------------------------------------------------------
-# issue 6: clipped means of rank-one per-record terms (DP two-stage GD for IV regression)
+# Clipped means of rank-one per-record terms (DP two-stage GD for IV regression)
 # --------------------------------------------------------------------------------------------
 
 __all__ += ["clipped_outer_mean"]

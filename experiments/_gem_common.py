@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax.algorithms import dp_gem
+from dpjax.algorithms import dp_gem, ldp_gem
 from dpjax.config import Config, ConfigError, param
 from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
 from dpjax.sweep import DataPlan, Setting
@@ -119,7 +119,7 @@ def method_setting(method: str, model_name: str, n: int, d: int, levels: Sequenc
     elif method == "dp-em-exact":
         est, hp_type = dp_gem.dp_exact_em(model, T), dp_gem.DPEMExactHyperparams
     elif method == "ldp-gem":  # one disjoint user group per round, generated round by round
-        est, hp_type = dp_gem.ldp_gem(model, T, batching="disjoint"), dp_gem.LDPGEMHyperparams
+        est, hp_type = ldp_gem.ldp_gem(model, T, batching="disjoint"), ldp_gem.LDPGEMHyperparams
     else:
         raise ConfigError(f"--set methods: must be among {', '.join(METHODS)}; got {method!r}")
     split = method in ("dp-gem-split", "ldp-gem")

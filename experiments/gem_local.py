@@ -1,7 +1,7 @@
-"""Local-DP gradient EM against central Algorithm 2 (ours: not in the paper; issue 13 item 7).
+"""Local-DP gradient EM against central Algorithm 2 (ours: not in the paper).
 
 The paper's local-DP result (App F, Thm 8) covers the 1-D mean only; the local-DP gradient EM
-(:func:`dpjax.algorithms.dp_gem.ldp_gem`) is ours: ``T`` disjoint user groups, each user of
+(:func:`dpjax.algorithms.ldp_gem.ldp_gem`) is ours: ``T`` disjoint user groups, each user of
 group ``t`` releases its ``psi``-scored gradient at the public iterate once with Gaussian
 noise calibrated to the vector's l2 range (``sqrt(d) (4 sqrt2/3) s``) for
 ``(epsilon, delta)``-LDP via ``rho = eps~^2``-zCDP, and the server steps along the group mean.

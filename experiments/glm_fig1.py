@@ -1,5 +1,5 @@
 """Figure 1 of Cai, Wang & Zhang: low-dimensional logistic regression by Algorithm 1
-(spec 003 §4.2), with the tighter accounting of issue 5 item 3 beside the paper's.
+(spec 003 §4.2), with dpjax's tighter accounting beside the paper's.
 
 Design (spec 003 §4.1): ``x ~ U(-1, 1)^d``, ``beta`` uniform on the unit sphere (one draw per
 ``d``, shared by every curve), ``y ~ Bernoulli(sigmoid(x^T beta))``, ``beta0 = 0``,

@@ -20,7 +20,7 @@ calibrates from ``eta B sqrt(d) / n`` with ``B = b_constant (R + c1) sigma_x`` a
 * ``"gaussian"``: the exact curve of the composition of ``T`` Gaussian steps,
   ``sigma_t = (eta B sqrt(d) / n) sqrt(T) / mu*`` with ``gaussian_epsilon(mu*, delta) = eps``
   (``mu* = sqrt(2 rho)``); the same ``(eps, delta)`` for the same declared sensitivity, with
-  noise growing like ``sqrt(T)`` instead of ``T sqrt(log T)`` (issue 5 item 3).
+  noise growing like ``sqrt(T)`` instead of ``T sqrt(log T)`` (ours, not in the paper).
 * ``"zcdp"``: ``sigma_t = (eta B sqrt(d)/n) / sqrt(2 rho / T)`` with ``rho`` the largest
   zCDP budget whose Canonne-Kamath-Steinke conversion gives ``(eps, delta)``.
 * ``"unsplit"``: every step at the full ``(eps, delta)`` -- what the paper's figures appear to

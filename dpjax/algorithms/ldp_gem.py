@@ -173,7 +173,7 @@ def _ldp_init(beta0: Any) -> LDPGEMState:
 def ldp_gem(model: EMModel, num_iterations: int, s_rule: LDPSRule = "ldp",
             batching: Literal["full", "disjoint"] = "full") -> Estimator:
     r"""Local-DP gradient EM (**ours**: beyond the paper, whose local-DP result, App F, covers
-    the 1-D mean only; issue 13 item 7).
+    the 1-D mean only; an extension of ours).
 
     The ``n`` users are split into ``T`` disjoint groups of consecutive indices
     (:func:`ldp_user_groups`: ``floor(n/T)`` users each, the remainder ``n mod T`` joining the

@@ -55,7 +55,7 @@ class EMModel(Protocol):
     def truncated_gradient(self, beta: jax.Array, data: Any, truncation: Any
                            ) -> BoundedStatistic:
         """The truncated statistic with its l-infinity replace-one sensitivity, finite and
-        inside its bound for every record (issue 11)."""
+        inside its bound for every record."""
 
     def dummy_batch(self, n: int, d: int) -> Any:
         """An all-zero batch of the right structure."""
