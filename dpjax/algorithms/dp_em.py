@@ -240,7 +240,7 @@ def ld_dp_em(model: EMModel, num_iterations: int,
     ``calibration``: ``"tight"`` (default; the analytic Gaussian calibration, which the exact
     curve reads back as the whole (epsilon, delta)) or ``"paper"`` (the classic
     ``sqrt(2 log(1.25/delta)) / epsilon`` for epsilon <= 1, the analytic one above: 0.59 of
-    epsilon = 1 at delta = 1/800).
+    epsilon = 1 at delta = 1/400).
     """
     _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     return _build(model, "gaussian", num_iterations, None, "disjoint", calibration)
@@ -442,7 +442,7 @@ def fit_ld_dp_em(
 
     Default calibration ``"tight"``: the analytic Gaussian calibration, which delivers the
     requested (epsilon, delta) (to 1e-4). ``calibration="paper"`` is the classic formula
-    (epsilon <= 1), which delivers 0.59 of epsilon = 1 at delta = 1/(2n) with n = 400."""
+    (epsilon <= 1), which delivers 0.59 of epsilon = 1 at delta = 1/(2n) with n = 200."""
     return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
                 eta=eta, truncation=truncation, num_iterations=num_iterations,
                 on_invalid=on_invalid, secure=secure, calibration=calibration)

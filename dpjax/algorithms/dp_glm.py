@@ -24,7 +24,7 @@ calibrates from ``eta B sqrt(d) / n`` with ``B = b_constant (R + c1) sigma_x`` a
   ``sigma_t = eta B T sqrt(2 d log(2T/delta)) / (n eps)``; basic composition gives
   ``(eps, delta)`` for the declared sensitivity. With ``b_constant = 4`` the ledger, reading
   each step off the exact curve at the true sensitivity, gives about 0.22 of the requested
-  epsilon (``T = 5``, ``n = 400``, ``eps = 1``).
+  epsilon (``T = 2``, ``n = 200``, ``eps = 1``).
 * ``"zcdp"``: ``sigma_t = (eta B sqrt(d)/n) / sqrt(2 rho / T)`` with ``rho`` the largest
   zCDP budget whose Canonne-Kamath-Steinke conversion gives ``(eps, delta)``.
 * ``"unsplit"``: every step at the full ``(eps, delta)`` -- what the paper's figures appear to
@@ -565,7 +565,7 @@ def fit_dp_glm(
 
     Default calibration ``"gaussian"`` with ``b_constant = 2``: the ledger delivers the
     requested (epsilon, delta) (to 1e-4). The paper's ``calibration="paper", b_constant=4``
-    delivers about 0.22 of epsilon (``T = 5``, ``n = 400``, epsilon = 1).
+    delivers about 0.22 of epsilon (``T = 2``, ``n = 200``, epsilon = 1).
 
     Args:
         key: PRNG key (or int seed) for the noise.
@@ -617,7 +617,7 @@ def fit_sparse_dp_glm(
     (epsilon, delta)-DP (replace-one) by basic composition of ``T`` NoisyHT steps at
     ``(epsilon/T, delta/T)``: the default (``"tight"``, ``b_constant = 2``) delivers the
     requested epsilon (to 1e-5), the paper's ``calibration="paper", b_constant=4`` about 0.24 of
-    it (``T = 5``, ``s = 2``, ``n = 400``, epsilon = 1). ``secure=True`` raises: peeling has no
+    it (``T = 2``, ``s = 2``, ``n = 200``, epsilon = 1). ``secure=True`` raises: peeling has no
     floating-point-safe path.
     """
     _validate.check_choice(calibration, "calibration", SPARSE_CALIBRATIONS)
