@@ -609,8 +609,8 @@ def peeling_multiplier(s: int, epsilon: Any, delta: Any, calibration: str = "pap
     """
     _validate.check_choice(calibration, "calibration", PEELING_CALIBRATIONS)
     xp = _xp(epsilon, delta)
-    proven = 1.0 / _proven_peeling_ratio(s, epsilon, delta)
     paper = epsilon_constant("noisy-ht", delta, s) / xp.asarray(epsilon, dtype=float)
+    proven = 1.0 / _proven_peeling_ratio(s, epsilon, delta)
     finite = xp.isfinite(xp.asarray(epsilon, dtype=float))
     if calibration == "tight":
         return xp.where(finite, proven, paper)  # paper = 0 at epsilon = inf
