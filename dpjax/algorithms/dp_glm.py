@@ -642,9 +642,13 @@ def _example(model: GLM, n: int = 400, d: int = 8, s: int = 2, T: int = 5) -> re
     delta = 1 / (2 * n)
 
     def hp(eps):
-        # rho sets the noise of the default ("gaussian") calibration; computed on the host
-        rho = calibrate_rho(float(eps), delta, "gaussian", T)
-        return GLMHyperparams(*map(jnp.float32, (eps, delta, 1.0, 1.0, rho)))
+        # rho sets the noise of the default ("gaussian") calibration: mu*^2 / 2 with mu* the
+        # exact curve's (the analytic Gaussian's, traceable: the suite vmaps over levels)
+        from dpjax.mechanisms import _analytic_mu_jnp
+
+        eps = jnp.float32(eps)
+        rho = 0.5 * _analytic_mu_jnp(eps, jnp.float32(delta)) ** 2
+        return GLMHyperparams(eps, jnp.float32(delta), jnp.float32(1.0), jnp.float32(1.0), rho)
 
     return registry.Example(data, jnp.zeros(d), hp)
 
