@@ -341,9 +341,11 @@ def _fit(
     sample_splitting: bool = True,
     on_invalid: str = "raise",
     secure: bool = False,
-    calibration: Calibration = "tight",
+    calibration: Calibration | None = None,
 ) -> FitResult:
     check_model(model, EMModel, _EM_MODEL)
+    if calibration is None:  # the discrete noise's zCDP conversion would over-spend "tight"
+        calibration = "paper" if secure else "tight"
     _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     a = checked_inputs(key, data, model.validate_data, model.num_records, on_invalid=on_invalid,
                    num_iterations=num_iterations, default_iterations=default_num_iterations,
@@ -390,7 +392,7 @@ def fit_hd_dp_em(
     num_iterations: int | None = None,
     on_invalid: str = "raise",
     secure: bool = False,
-    calibration: Calibration = "tight",
+    calibration: Calibration | None = None,
 ) -> FitResult:
     """Fit high-dimensional DP-EM (spec 000 Alg 2; Alg 3/5/6 by ``model``) to one data set.
 
@@ -418,7 +420,9 @@ def fit_hd_dp_em(
         secure: the floating-point-safe noise path for a real release (see
             :func:`dpjax.fit`); not available with peeling (this estimator raises), available
             for :func:`fit_ld_dp_em`.
-        calibration: ``"tight"`` (default) or ``"paper"`` (:func:`hd_dp_em`).
+        calibration: ``"tight"`` (the default, ``None``, on the float path) or ``"paper"``
+            (:func:`hd_dp_em`; the default with ``secure=True``, whose discrete noise, converted
+            from zCDP, would deliver more than the request under ``"tight"``).
 
     Returns:
         :class:`FitResult` with the estimate, the iterates, and the privacy ledger:
@@ -434,7 +438,7 @@ def fit_hd_dp_em(
 def fit_ld_dp_em(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None, beta0: Any,
     eta: Any = 0.5, truncation: Any = None, num_iterations: int | None = None,
-    on_invalid: str = "raise", secure: bool = False, calibration: Calibration = "tight",
+    on_invalid: str = "raise", secure: bool = False, calibration: Calibration | None = None,
 ) -> FitResult:
     """Fit low-dimensional DP-EM (spec 000 Alg 4/7/8 by ``model``) to one data set: the
     Gaussian mechanism on the whole truncated update. Arguments as :func:`fit_hd_dp_em` without
@@ -442,7 +446,9 @@ def fit_ld_dp_em(
 
     Default calibration ``"tight"``: the analytic Gaussian calibration, which delivers the
     requested (epsilon, delta) (to 1e-4). ``calibration="paper"`` is the classic formula
-    (epsilon <= 1), which delivers 0.59 of epsilon = 1 at delta = 1/(2n) with n = 200."""
+    (epsilon <= 1), which delivers 0.59 of epsilon = 1 at delta = 1/(2n) with n = 200; it is
+    the default with ``secure=True`` (the discrete noise's zCDP conversion would over-spend the
+    analytic calibration)."""
     return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
                 eta=eta, truncation=truncation, num_iterations=num_iterations,
                 on_invalid=on_invalid, secure=secure, calibration=calibration)

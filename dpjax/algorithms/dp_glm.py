@@ -556,8 +556,8 @@ def fit_dp_glm(
     eta: Any = 1.0,
     truncation: Any = None,
     beta0: Any = None,
-    calibration: Calibration = "gaussian",
-    b_constant: float = B_CONSTANT,
+    calibration: Calibration | None = None,
+    b_constant: float | None = None,
     on_invalid: str = "raise",
     secure: bool = False,
 ) -> FitResult:
@@ -565,7 +565,9 @@ def fit_dp_glm(
 
     Default calibration ``"gaussian"`` with ``b_constant = 2``: the ledger delivers the
     requested (epsilon, delta) (to 1e-4). The paper's ``calibration="paper", b_constant=4``
-    delivers about 0.22 of epsilon (``T = 2``, ``n = 200``, epsilon = 1).
+    delivers about 0.22 of epsilon (``T = 2``, ``n = 200``, epsilon = 1). With ``secure=True``
+    the defaults are the paper's (the discrete noise's zCDP conversion would over-spend the
+    exact calibration).
 
     Args:
         key: PRNG key (or int seed) for the noise.
@@ -579,10 +581,11 @@ def fit_dp_glm(
         truncation: ``R`` in (0, inf]; default 1 for the logistic model (``y`` in {0, 1});
             required for private linear/Poisson fits; inf only with epsilon = inf.
         beta0: data-independent start (default 0).
-        calibration: ``"gaussian"`` (default; exact composition), ``"paper"``, ``"zcdp"``, or
-            ``"unsplit"`` (not DP at (eps, delta)); see the module docstring.
-        b_constant: ``B = b_constant (R + c1) sigma_x``; default 2 (the true bound), 4 as
-            printed; must be >= 2.
+        calibration: ``"gaussian"`` (default, ``None``; exact composition), ``"paper"`` (the
+            default with ``secure=True``), ``"zcdp"``, or ``"unsplit"`` (not DP at
+            (eps, delta)); see the module docstring.
+        b_constant: ``B = b_constant (R + c1) sigma_x``; default (``None``) 2, the true bound
+            (4, as printed, with ``secure=True``); must be >= 2.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
             :func:`dpjax._validate.check_on_invalid`).
         secure: the floating-point-safe noise path for a real release (see
@@ -593,6 +596,10 @@ def fit_dp_glm(
         :class:`FitResult`; its ledger gives the guarantee delivered under replace-one
         adjacency.
     """
+    if calibration is None:  # the discrete noise's zCDP conversion would over-spend "gaussian"
+        calibration = "paper" if secure else "gaussian"
+    if b_constant is None:
+        b_constant = PAPER_B_CONSTANT if secure else B_CONSTANT
     _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     key, data, n, T, eps, delta, eta, R, beta0, b, _ = _prepare(
         key, data, model, epsilon, num_iterations, delta=delta, eta=eta, truncation=truncation,
