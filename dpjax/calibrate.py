@@ -41,7 +41,7 @@ Example (the worked dp-mean estimator, whose classic Gaussian constant under-spe
     from dpjax.examples.dp_mean import DP_MEAN, MeanHyperparams
     hp = MeanHyperparams(*map(jnp.float32, (0.3, 1 / 400, 2.0)))  # x: (200, 3) records
     cal = dpjax.calibrate(DP_MEAN, hp, data=x, params0=jnp.zeros(3))
-    cal.factor        # > 2: the classic formula's epsilon is multiplied by it
+    cal.factor        # 1.92: the classic formula's epsilon is multiplied by it
     cal.delivered     # (0.299.., 0.0025)-DP: the request, spent (0.41 of it before)
     res = dpjax.calibrated_fit(DP_MEAN, key, x, jnp.zeros(3), cal)  # ledger.requested: 0.3
 """
