@@ -119,9 +119,14 @@ def test_calibrate_a_user_estimator_hits_its_target():
     assert cal.hparams.epsilon.shape == (3,) and cal.hparams.epsilon.dtype == np.float32
     for tg, got in zip(cal.target, cal.delivered):
         assert 0.99 * tg.epsilon <= got.epsilon <= tg.epsilon
-    cal = dpjax.calibrate(est, hp, ApproxDP(0.7, float(np.float32(1 / 400))), data=x,
+    cal = dpjax.calibrate(est, hp, ApproxDP(0.2, float(np.float32(1 / 400))), data=x,
                           params0=jnp.zeros(3))
-    assert 0.99 * 0.7 <= cal.delivered.epsilon <= 0.7
+    assert 0.99 * 0.2 <= cal.delivered.epsilon <= 0.2
+    # a ledger that jumps past the target (the classic formula hands over to the analytic one
+    # at a release epsilon of 1: 0.85 of 0.7 below it, more than 0.7 above) is refused
+    with pytest.raises(CalibrationError, match="jumps past the target"):
+        dpjax.calibrate(est, hp, ApproxDP(0.7, float(np.float32(1 / 400))), data=x,
+                        params0=jnp.zeros(3))
 
 
 def test_calibrate_solves_two_stages_with_one_factor():
