@@ -10,6 +10,7 @@ Modules:
     base        -- the estimator protocol (init / step) and the lax.scan driver
     models      -- statistical models: simulators, E-steps / gradients, truncated statistics
     algorithms  -- the estimators of the papers
+    calibrate   -- the noise at which an estimator's ledger spends its whole budget
 """
 
 from importlib import metadata as _metadata
@@ -18,6 +19,7 @@ from dpjax import accounting, algorithms, base, mechanisms, models
 from dpjax import discrete_noise as discrete_noise  # floating-point-safe noise
 from dpjax.accounting import ZCDP, ApproxDP, Ledger
 from dpjax.base import Estimator, FitResult, fit, run
+from dpjax.calibrate import calibrate, calibrated_fit
 from dpjax.mechanisms import BoundedStatistic
 
 try:  # one place for the version: pyproject.toml
@@ -35,6 +37,8 @@ __all__ = [
     "accounting",
     "algorithms",
     "base",
+    "calibrate",
+    "calibrated_fit",
     "fit",
     "mechanisms",
     "models",

@@ -302,6 +302,10 @@ def _main(argv: list[str]) -> int:
     )
     print(f"wrote {out.out_dir}/results.csv, summary.csv, iterations.csv, config.json"
           + (", figure.png" if exp.plot is not None else ""))
+    from dpjax.results import delivered_notes
+
+    for note in delivered_notes(out.summary):  # a paper's calibration: what it really spends
+        print(f"note: by the privacy ledger, {note} (summary.csv: epsilon_delivered)")
     return 0
 
 

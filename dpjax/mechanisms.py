@@ -615,20 +615,29 @@ def _proven_peeling_ratio(s: int, epsilon: Any, delta: Any) -> Any:
     return xp.maximum(basic, lo) * (1 - 1e-5)
 
 
-def peeling_multiplier(s: int, epsilon: Any, delta: Any) -> Any:
+#: calibrations of NoisyHT's Laplace scale (:func:`peeling_multiplier`)
+PEELING_CALIBRATIONS: tuple[str, ...] = ("paper", "tight")
+
+
+def peeling_multiplier(s: int, epsilon: Any, delta: Any, calibration: str = "paper") -> Any:
     """NoisyHT Laplace scale per unit of l-infinity sensitivity.
 
-    The papers' ``2 sqrt(3 s log(1/delta)) / epsilon`` (Dwork, Su & Zhang 2018; spec 000 Alg 1,
-    spec 003 Alg 3) wherever the ledger's composition bound
-    (:func:`dpjax.accounting.peeling_epsilon`) proves it delivers (epsilon, delta) -- every
-    budget the papers use --, and otherwise the smallest scale that bound proves (a large
-    ``s`` with a large epsilon, where the printed formula's proof does not reach): the
-    requested budget is delivered at every epsilon.
+    * ``"paper"``: the papers' ``2 sqrt(3 s log(1/delta)) / epsilon`` (Dwork, Su & Zhang 2018;
+      spec 000 Alg 1, spec 003 Alg 3) wherever the ledger's composition bound
+      (:func:`dpjax.accounting.peeling_epsilon`) proves it delivers (epsilon, delta) -- every
+      budget the papers use, where it delivers about half of epsilon --, and otherwise the
+      smallest scale that bound proves (a large ``s`` with a large epsilon, where the printed
+      formula's proof does not reach): the requested budget is delivered at every epsilon.
+    * ``"tight"``: the smallest scale that bound proves, at every epsilon: the ledger reads
+      the release back as ``(1 - 1e-5) epsilon`` (the whole budget, spent).
     """
+    _validate.check_choice(calibration, "calibration", PEELING_CALIBRATIONS)
     xp = _xp(epsilon, delta)
     paper = epsilon_constant("noisy-ht", delta, s) / xp.asarray(epsilon, dtype=float)
     proven = 1.0 / _proven_peeling_ratio(s, epsilon, delta)
     finite = xp.isfinite(xp.asarray(epsilon, dtype=float))
+    if calibration == "tight":
+        return xp.where(finite, proven, paper)  # paper = 0 at epsilon = inf
     return xp.where(finite, xp.maximum(paper, proven), paper)
 
 
@@ -661,9 +670,11 @@ def gaussian_sigma_zcdp(sensitivity_l2: Any, rho: Any) -> Any:
     return noise_scale(sensitivity_l2, gaussian_multiplier_zcdp(rho))
 
 
-def peeling_scale(sensitivity_linf: Any, s: int, epsilon: Any, delta: Any) -> Any:
-    """NoisyHT Laplace scale ``b = Delta_inf 2 sqrt(3 s log(1/delta)) / epsilon``."""
-    return noise_scale(sensitivity_linf, peeling_multiplier(s, epsilon, delta))
+def peeling_scale(sensitivity_linf: Any, s: int, epsilon: Any, delta: Any,
+                  calibration: str = "paper") -> Any:
+    """NoisyHT Laplace scale ``b = Delta_inf * peeling_multiplier(s, epsilon, delta, calibration)``
+    (for ``"paper"``, ``Delta_inf 2 sqrt(3 s log(1/delta)) / epsilon``)."""
+    return noise_scale(sensitivity_linf, peeling_multiplier(s, epsilon, delta, calibration))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1061,7 +1072,8 @@ def hard_threshold(v: jax.Array, s: int) -> Peeled:
 
 
 def noisy_hard_threshold(
-    key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any, delta: Any
+    key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any, delta: Any,
+    calibration: str = "paper",
 ) -> Peeled:
     r"""NoisyHT, the "peeling" mechanism (Dwork, Su & Zhang 2018; spec 000 Alg 1, spec 003 Alg 3).
 
@@ -1111,6 +1123,8 @@ def noisy_hard_threshold(
         stat: the statistic ``v`` (shape ``(d,)``) with an l-infinity sensitivity.
         s: the number of coordinates to release (static), ``1 <= s <= d``.
         epsilon, delta: the budget of this one release (arrays are fine).
+        calibration: of ``b``, ``"paper"`` (the printed formula above) or ``"tight"`` (the
+            smallest ``b`` the ledger's bound proves); see :func:`peeling_multiplier`.
 
     Returns:
         :class:`Peeled` with exactly ``s`` non-zeros, the selected support and the release's
@@ -1124,8 +1138,8 @@ def noisy_hard_threshold(
     if not 1 <= s <= d:
         raise ValueError(f"s must be an integer in [1, {d}]; got {s}")
     if _SECURE.get() is not None:
-        return _secure_peeling(key, stat, s, epsilon, delta)
-    b = peeling_scale(stat.sensitivity, s, epsilon, delta)
+        return _secure_peeling(key, stat, s, epsilon, delta, calibration)
+    b = peeling_scale(stat.sensitivity, s, epsilon, delta, calibration)
     key_select, key_release = jax.random.split(key)
     selection_noise = laplace_noise(key_select, (s, d), b, v.dtype)
     scores = jnp.abs(v)
@@ -1154,7 +1168,7 @@ def _peeling_grid(sensitivity: float, multiplier: float) -> float:
 
 
 def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any,
-                    delta: Any) -> Peeled:
+                    delta: Any, calibration: str = "paper") -> Peeled:
     """:func:`noisy_hard_threshold` inside :func:`secure_noise` (see its docstring)."""
     from dpjax import discrete_noise as dn
 
@@ -1177,7 +1191,7 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
     # float32 (float64 under x64), as the float path's events: Delta^Z <= 2^24 and b^Z (a
     # float32) are exact in both
     fl = lambda x: jnp.asarray(x, jnp.result_type(float))  # noqa: E731
-    multiplier = float(peeling_multiplier(s, np.float64(eps), np.float64(dl)))
+    multiplier = float(peeling_multiplier(s, np.float64(eps), np.float64(dl), calibration))
     if multiplier == 0.0:  # epsilon = inf: no noise, exact top-s of v
         top = hard_threshold(v, s)
         event = PrivacyEvent("discrete-noisy-ht", fl(sens), fl(0.0), fl(true), fl(dl),
@@ -1197,8 +1211,8 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
     if mode.plan:  # nothing is drawn: the exact top-s of the rounded statistic and the event
         top = hard_threshold(dn.to_grid(v, grid).astype(out_dtype) * grid, s)
         fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(PrivacyEvent)}
-        float_event = _event("noisy-ht", stat, peeling_scale(stat.sensitivity, s, epsilon, delta),
-                             delta, s)
+        float_event = _event("noisy-ht", stat, peeling_scale(stat.sensitivity, s, epsilon, delta,
+                                                              calibration), delta, s)
         return Peeled(top.value.astype(v.dtype), top.support,
                       PlannedEvent(**fields, float_event=float_event))
     key_select, key_release = jax.random.split(key)

@@ -24,6 +24,8 @@ line) so tests can find what was drawn.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import textwrap
@@ -375,6 +377,22 @@ def draw_claim(ax: Any, claim: Claim, rows: Sequence[Mapping[str, Any]] = (),
     return line
 
 
+_FIGURE_NOTES: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "dpjax_figure_notes", default=())
+
+
+@contextlib.contextmanager
+def figure_notes(lines: Sequence[str]):
+    """Within the block, every figure drawn by :func:`draw_panels` carries ``lines`` below its
+    caption (``dpjax run`` passes what the ledgers deliver where it is not the request:
+    :func:`dpjax.results.delivered_notes`)."""
+    token = _FIGURE_NOTES.set(tuple(lines))
+    try:
+        yield
+    finally:
+        _FIGURE_NOTES.reset(token)
+
+
 def caption(panels: Sequence[Panel]) -> str:
     """The caption line: how to read bands, the non-private curve and the paper's claims."""
     parts = [BAND_TEXT]
@@ -485,7 +503,8 @@ def draw_panels(
     # wrap the title and caption to the figure's width (about 12 characters an inch at 9 pt)
     width = max(40, int(fig.get_figwidth() * 12))
     text = "\n".join(textwrap.fill(line, width) for line in
-                     [*(suptitle.split("\n") if suptitle else []), caption(panels)])
+                     [*(suptitle.split("\n") if suptitle else []), caption(panels),
+                      *(f"by the privacy ledger, {note}" for note in _FIGURE_NOTES.get())])
     fig.suptitle(text, fontsize=9)
     return fig
 

@@ -12,7 +12,7 @@ no ``summary.csv`` (a figure drawn from another experiment's run, e.g. ``gem_fig
 ``gem_fig6``) has nothing to compare and is skipped unless named with ``--only``.
 
 The comparison: a row (a setting and privacy level, matched on every column that is not a
-statistic) agrees when, for ``mean`` and every ``X_mean`` column,
+statistic and that both files have) agrees when, for ``mean`` and every ``X_mean`` column,
 
     |new - old| <= z * sqrt(se_new^2 + se_old^2) + atol + rtol * |old|
 
@@ -183,6 +183,19 @@ def _num(value: Any) -> float:
         return math.nan
 
 
+def _key_columns(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
+                 ) -> list[str]:
+    """The columns that match a row of one table with a row of the other: the non-statistic
+    columns both tables have (a column only one file has -- e.g. ``epsilon_delivered``, which
+    older committed summaries lack -- is not compared), unless those leave two rows of a table
+    with one key; then every non-statistic column of either table."""
+    cols = [list(dict.fromkeys(c for r in t for c in r if not _is_stat(c))) for t in (old, new)]
+    shared = [c for c in cols[0] if c in cols[1]]
+    if all(len({_key(r, shared) for r in t}) == len(t) for t in (old, new)):
+        return shared
+    return list(dict.fromkeys([*cols[0], *cols[1]]))
+
+
 def compare_summaries(experiment: str, old: Sequence[Mapping[str, Any]],
                       new: Sequence[Mapping[str, Any]], z: float = DEFAULT_Z,
                       rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
@@ -196,7 +209,7 @@ def compare_summaries(experiment: str, old: Sequence[Mapping[str, Any]],
     (only in the regenerated one). ``metric_atol``: a larger ``atol`` for the named metrics
     (``"error"`` for ``mean``, ``"X"`` for ``X_mean``)."""
     metric_atol = dict(metric_atol or {})
-    columns = list(dict.fromkeys(c for r in [*old, *new] for c in r if not _is_stat(c)))
+    columns = _key_columns(old, new)
     old_by = {_key(r, columns): r for r in old}
     new_by = {_key(r, columns): r for r in new}
     metrics = list(dict.fromkeys(c for r in [*old, *new] for c in r

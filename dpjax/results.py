@@ -7,7 +7,9 @@ Layout of an output directory (DESIGN.md, "Results and the command line"):
   other swept setting as its own column;
 * ``iterations.csv`` -- the same keys plus ``iteration``, one row per recorded iteration
   (``iteration = 0`` is the starting value);
-* ``summary.csv`` -- mean, standard error and count of the final error per (setting, level);
+* ``summary.csv`` -- mean, standard error and count of the final error per (setting, level),
+  and what its privacy ledger delivers: ``epsilon_delivered`` and ``budget_spent`` (delivered
+  over requested; 1 where the noise spends the request, less for a paper's looser calibration);
 * ``config.json`` -- the resolved configuration, seed, package versions, machine, timings, and the
   privacy ledger of every (setting, level);
 * ``chunks/`` -- one ``.npz`` per completed chunk of repetitions, written atomically (temporary
@@ -656,6 +658,79 @@ def summarise(
                     f"{name}_sd": sd}
         out.append(row)
     return out
+
+
+#: the ``summary.csv`` columns read off each row's privacy ledger: ``epsilon_delivered`` (the
+#: epsilon the noise drawn delivers, at the ledger's delta) and ``budget_spent`` (delivered over
+#: requested, in the request's units: epsilon, or rho for a zCDP request)
+DELIVERED_COLUMNS = ("epsilon_delivered", "budget_spent")
+#: ``budget_spent`` further than this from 1 is reported (``dpjax run``, the figure's caption)
+SPENT_RTOL = 0.01
+
+
+def _ledger_float(budget: Mapping[str, Any] | None, name: str) -> float:
+    try:
+        return float(budget[name]) if budget else math.nan
+    except (KeyError, TypeError, ValueError):
+        return math.nan
+
+
+def delivered(ledger: Mapping[str, Any] | None) -> dict[str, float]:
+    """The :data:`DELIVERED_COLUMNS` of one (setting, level) from its ledger (``to_dict``
+    form); ``nan`` where there is no ledger or nothing was requested."""
+    if not ledger:
+        return dict.fromkeys(DELIVERED_COLUMNS, math.nan)
+    eps = _ledger_float(ledger.get("approx_dp"), "epsilon")
+    req = ledger.get("requested") or {}
+    if req.get("type") == "zcdp":
+        got, asked = _ledger_float(ledger.get("guarantee"), "rho"), _ledger_float(req, "rho")
+    else:
+        got, asked = eps, _ledger_float(req, "epsilon")
+    spent = got / asked if math.isfinite(asked) and asked > 0 else math.nan
+    return {"epsilon_delivered": eps, "budget_spent": spent}
+
+
+def add_delivered(summary: Sequence[dict[str, Any]], by: Sequence[str], experiment: str,
+                  settings: Sequence[Mapping[str, Any]]) -> None:
+    """Add the :data:`DELIVERED_COLUMNS` to every ``summary`` row (in place), from the ledgers
+    of ``settings`` (``config.json``'s ``settings``: each with ``columns`` and ``levels``, a level
+    with its ``hparams`` and ``ledger``)."""
+    lookup = {}
+    for s in settings:
+        for lv in s.get("levels", ()):
+            base = {"experiment": experiment} | dict(s.get("columns", {})) | {
+                k: float(v) for k, v in lv.get("hparams", {}).items()}
+            lookup[tuple(base.get(k) for k in by)] = lv.get("ledger")
+    for row in summary:
+        row.update(delivered(lookup.get(tuple(row.get(k) for k in by))))
+
+
+def delivered_notes(summary: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per method whose rows deliver a budget other than the requested one (beyond
+    :data:`SPENT_RTOL`): what a paper calibration or a paper-literal variant really spends."""
+    by_method: dict[str, list[tuple[float, float, float]]] = {}
+    for r in summary:
+        spent = _num(r.get("budget_spent"))
+        if not math.isfinite(spent) or abs(spent - 1) <= SPENT_RTOL:
+            continue
+        by_method.setdefault(str(r.get("method", r.get("experiment", ""))), []).append(
+            (spent, _num(r.get("epsilon")), _num(r.get("epsilon_delivered"))))
+    out = []
+    for method, vals in by_method.items():
+        lo, hi = min(v[0] for v in vals), max(v[0] for v in vals)
+        frac = f"{lo:.2g}" if f"{lo:.2g}" == f"{hi:.2g}" else f"{lo:.2g}-{hi:.2g}"
+        pairs = sorted({(e, d) for _, e, d in vals if math.isfinite(e) and math.isfinite(d)})
+        ex = ", ".join(f"{e:g} -> {d:.3g}" for e, d in pairs[:4])
+        out.append(f"{method}: the noise delivers {frac} of the requested budget"
+                   + (f" (epsilon {ex}{', ...' if len(pairs) > 4 else ''})" if ex else ""))
+    return out
+
+
+def _num(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def environment() -> dict[str, Any]:

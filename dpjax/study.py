@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from dpjax import results, sweep
+from dpjax import plotting, results, sweep
 from dpjax._validate import ConfigError
 from dpjax.accounting import PrivacyBudgetError, check_delivers
 from dpjax.config import Config, make_config
@@ -304,6 +304,7 @@ def run_experiment(
     if jax.process_index() != 0:  # multi-host: process 0 holds the gathered results and writes
         return StudyOutput(out, [], [], [], {}, {})
     summary = results.summarise(rows, by, extra=experiment.summary_extra)
+    results.add_delivered(summary, by, experiment.name, setting_meta)  # the ledgers' budgets
     results.write_csv(out / "results.csv", rows)
     results.write_csv(out / "iterations.csv", iter_rows)
     results.write_csv(out / "summary.csv", summary)
@@ -321,7 +322,8 @@ def run_experiment(
     }
     results.write_json(out / "config.json", meta)
     if experiment.plot is not None:
-        experiment.plot(iter_rows, summary, config, out / "figure.png")
+        with plotting.figure_notes(results.delivered_notes(summary)):
+            experiment.plot(iter_rows, summary, config, out / "figure.png")
     return StudyOutput(out, rows, iter_rows, summary, meta, traces)
 
 
@@ -372,7 +374,8 @@ def replot(experiment: Experiment, out_dir: str | os.PathLike) -> Path:
             raise ConfigError(f"--out {out}: {name} is missing; run the experiment again with "
                               "'dpjax run' to write it")
         tables.append(results.read_csv(out / name))
-    experiment.plot(*tables, config, out / "figure.png")
+    with plotting.figure_notes(results.delivered_notes(tables[1])):
+        experiment.plot(*tables, config, out / "figure.png")
     return out / "figure.png"
 
 

@@ -104,7 +104,7 @@ def hd_settings(c: Mapping[str, Any], model: Any, method: str, truth_fn) -> list
         out.append(Setting(
             key=f"{method},n={n},d={c['d']},s={s}",
             columns={"method": method, "n": n, "d": c["d"], "s": s, "s_hat": s, "N0": N0},
-            estimator=dp_em.hd_dp_em(model, s, N0),
+            estimator=dp_em.hd_dp_em(model, s, N0, "paper"),  # the paper's peeling noise
             simulate=model.simulate, init=init, record=record,
             truth=truth_fn(c["d"], s), plan=DataPlan(N0, n // N0),
             hparams_type=dp_em.DPEMHyperparams,

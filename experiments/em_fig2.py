@@ -89,7 +89,7 @@ def settings(c):
         out.append(Setting(
             key=f"ld-dp-em,n={n},d={d}",
             columns={"method": "ld-dp-em", "n": n, "d": d, "s": d, "N0": N0},
-            estimator=dp_em.ld_dp_em(model, N0),
+            estimator=dp_em.ld_dp_em(model, N0, "paper"),  # the classic calibration
             levels=tuple(level(e, n, c["eta"], T) for e in (*sorted(c["eps_grid"]), INF)),
             **common,
         ))

@@ -79,9 +79,9 @@ def _setting(c, method, n, d, s, p, truth):
     N0 = dp_em.default_num_iterations(n)
     T = c["truncation_const"] * dp_em.default_truncation(n)
     if method == "hd-dp-em":
-        est = dp_em.hd_dp_em(model, s, N0)
+        est = dp_em.hd_dp_em(model, s, N0, "paper")
     elif method == "ld-dp-em":
-        est = dp_em.ld_dp_em(model, N0)
+        est = dp_em.ld_dp_em(model, N0, "paper")
     else:
         est = dp_em.gradient_em(model, N0, sample_splitting=False)
     if method == "gradient-em":

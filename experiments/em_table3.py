@@ -188,7 +188,7 @@ def settings(c):
         if method == "wang2015":
             est = dp_em.truncated_em(model, s_hat, N0, sample_splitting=False)
         else:
-            est = dp_em.hd_dp_em(model, s_hat, N0)
+            est = dp_em.hd_dp_em(model, s_hat, N0, "paper")
         levels = tuple({"epsilon": e, "delta": delta, "eta": c["eta"],
                         "truncation": T if method != "wang2015" else INF} for e in epss)
         out.append(sweep.Setting(

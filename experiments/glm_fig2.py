@@ -87,7 +87,7 @@ def settings(c):
         out.append(Setting(
             key=f"alg5,n={n},d={c['d']},s={s_true}",
             columns={"method": "alg5", "n": n, "d": c["d"], "s": s_true, "s_alg": s, "T": T},
-            estimator=dp_glm.noisy_iht(model, s, T, c["b_constant"]),
+            estimator=dp_glm.noisy_iht(model, s, T, c["b_constant"], calibration="paper"),
             simulate=model.simulate, init=ZeroInit(), record=GLMRecord(),
             truth=truth(c["beta_seed"], c["d"], s_true), plan=DataPlan(1, n),
             hparams_type=dp_glm.GLMHyperparams, levels=tuple(levels), n=n,

@@ -128,7 +128,7 @@ def settings(c):
     split = sweep.PerRepetition(Split(c["dataset"], c["clip"]).draw)
     out = []
     for s in c["s_grid"]:
-        est = dp_glm.noisy_iht(GLM(), s, c["T"], c["b_constant"])
+        est = dp_glm.noisy_iht(GLM(), s, c["T"], c["b_constant"], calibration="paper")
         for rule, delta in zip(DELTA_RULES, (1.0 / (2 * n), 1.0 / n**2)):
             levels = tuple(
                 {"epsilon": e, "delta": delta, "eta": c["eta"], "truncation": c["R"],

@@ -91,7 +91,7 @@ def test_hd_step_noise_scale_with_power(key):
     n0, d, s, T, eta, eps, delta = 80, 30, 5, 2.0, 0.5, 0.7, 1e-3
     beta, data, _ = _problem(n=n0, d=d, s=3)
     beta_t = jnp.asarray(beta)
-    est = dp_em.hd_dp_em(MODEL, s, 1)
+    est = dp_em.hd_dp_em(MODEL, s, 1, "paper")
     hp = dp_em.DPEMHyperparams(*map(jnp.float32, (eps, delta, eta, T)))
     v = np.asarray(MODEL.truncated_gradient(beta_t, data, T).value * eta + beta_t)
     new, info = _one_step_draws(est, hp, beta_t, data, 4000, key)
@@ -106,7 +106,7 @@ def test_ld_step_noise_scale_with_power(key):
     n0, d, T, eta, eps, delta = 80, 6, 2.0, 0.5, 0.9, 1e-3
     beta, data, _ = _problem(n=n0, d=d, s=d)
     beta_t = jnp.asarray(beta)
-    est = dp_em.ld_dp_em(MODEL, 1)
+    est = dp_em.ld_dp_em(MODEL, 1, "paper")
     hp = dp_em.DPEMHyperparams(*map(jnp.float32, (eps, delta, eta, T)))
     v = np.asarray(MODEL.truncated_gradient(beta_t, data, T).value * eta + beta_t)
     new, info = _one_step_draws(est, hp, beta_t, data, 4000, key)

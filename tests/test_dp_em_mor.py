@@ -125,7 +125,7 @@ def test_hd_step_noise_scale_with_power(key):
     n0, d, s, T, eta, eps, delta = 60, 20, 4, 1.5, 0.5, 0.6, 1e-3
     beta, data, _ = _problem(n=n0, d=d, s=3)
     bt = jnp.asarray(beta)
-    est = dp_em.hd_dp_em(MODEL, s, 1)
+    est = dp_em.hd_dp_em(MODEL, s, 1, "paper")
     hp = dp_em.DPEMHyperparams(*map(jnp.float32, (eps, delta, eta, T)))
     v = np.asarray(MODEL.truncated_gradient(bt, data, T).value * eta + bt)
     new, info = _one_step_draws(est, hp, bt, data, 4000, key)
@@ -140,7 +140,7 @@ def test_ld_step_noise_scale_with_power(key):
     n0, d, T, eta, eps, delta = 60, 5, 1.5, 0.5, 0.8, 1e-3
     beta, data, _ = _problem(n=n0, d=d, s=d)
     bt = jnp.asarray(beta)
-    est = dp_em.ld_dp_em(MODEL, 1)
+    est = dp_em.ld_dp_em(MODEL, 1, "paper")
     hp = dp_em.DPEMHyperparams(*map(jnp.float32, (eps, delta, eta, T)))
     v = np.asarray(MODEL.truncated_gradient(bt, data, T).value * eta + bt)
     new, info = _one_step_draws(est, hp, bt, data, 4000, key)

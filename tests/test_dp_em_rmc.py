@@ -111,7 +111,7 @@ def test_hd_step_noise_scale_with_power(key):
     n0, d, s, T, eta, eps, delta = 60, 20, 4, 1.2, 0.5, 0.7, 1e-3
     beta, data, _ = _problem(n=n0, d=d, s=3)
     bt = jnp.asarray(beta * 1.3)  # ||beta^t||_inf = 1.3/sqrt(3) enters lambda_t
-    est = dp_em.hd_dp_em(MODEL, s, 1)
+    est = dp_em.hd_dp_em(MODEL, s, 1, "paper")
     hp = dp_em.DPEMHyperparams(*map(jnp.float32, (eps, delta, eta, T)))
     v = np.asarray(MODEL.truncated_gradient(bt, data, T).value * eta + bt)
     new, info = _one_step_draws(est, hp, bt, data, 3000, key)
@@ -127,7 +127,7 @@ def test_ld_step_noise_scale_with_power(key):
     n0, d, T, eta, eps, delta = 60, 5, 1.2, 0.5, 0.8, 1e-3
     beta, data, _ = _problem(n=n0, d=d, s=d)
     bt = jnp.asarray(beta)
-    est = dp_em.ld_dp_em(MODEL, 1)
+    est = dp_em.ld_dp_em(MODEL, 1, "paper")
     hp = dp_em.DPEMHyperparams(*map(jnp.float32, (eps, delta, eta, T)))
     v = np.asarray(MODEL.truncated_gradient(bt, data, T).value * eta + bt)
     new, info = _one_step_draws(est, hp, bt, data, 3000, key)

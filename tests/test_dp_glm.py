@@ -164,23 +164,27 @@ def test_noise_formulas_match_the_spec_examples():
     """spec 003 §7.1 item 1: the kernel's noise against the paper's closed forms (written here,
     independently of the library's calibration code)."""
     n, d, eps = 40000, 20, 0.5  # delta = 1/(2n) = 1/80000
-    s1 = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, 10), n, d, dp_glm.default_hparams(n, eps, 10))
+    # the paper's calibration and printed constant, by name (the defaults are tighter)
+    s1 = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, 10, "paper", 4), n, d,
+                       dp_glm.default_hparams(n, eps, 10, calibration="paper"))
     assert s1 == pytest.approx(8 * 10 * math.sqrt(2 * 20 * math.log(2 * 10 * 80000)) / 20000,
                                rel=1e-5)  # float32 kernel
     assert s1 == pytest.approx(0.0956, abs=5e-4)
-    b5 = _kernel_scale(dp_glm.noisy_iht(LOGISTIC, 20, 10), n, d,
+    b5 = _kernel_scale(dp_glm.noisy_iht(LOGISTIC, 20, 10, 4, calibration="paper"), n, d,
                        dp_glm.default_hparams(n, eps, 10))
     assert b5 == pytest.approx(2 * 8 * 10 * math.sqrt(3 * 20 * math.log(10 * 80000)) / 20000,
                                rel=1e-5)
     assert b5 == pytest.approx(0.2285, abs=5e-4)
     # Changing T changes the noise (budget split over T iterations).
-    s20 = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, 20), n, d, dp_glm.default_hparams(n, eps, 20))
+    s20 = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, 20, "paper", 4), n, d,
+                        dp_glm.default_hparams(n, eps, 20, calibration="paper"))
     assert s20 > 2 * s1
     # The unsplit variant: every step at (eps, delta), T = 1 inside the formula.
-    s_un = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, 10, "unsplit"), n, d,
+    s_un = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, 10, "unsplit", 4), n, d,
                          dp_glm.default_hparams(n, eps, 10, calibration="unsplit"))
     assert s_un == pytest.approx(8 * math.sqrt(2 * 20 * math.log(2 * 80000)) / 20000, rel=1e-5)
-    b_un = _kernel_scale(dp_glm.noisy_iht(LOGISTIC, 20, 10, split_budget=False), n, d,
+    b_un = _kernel_scale(dp_glm.noisy_iht(LOGISTIC, 20, 10, 4, split_budget=False,
+                                          calibration="paper"), n, d,
                          dp_glm.default_hparams(n, eps, 10))
     assert b_un == pytest.approx(2 * 8 * math.sqrt(3 * 20 * math.log(80000)) / 20000, rel=1e-5)
 
@@ -196,7 +200,7 @@ def test_alg1_step_noise_scale_with_power(key, calibration):
     n, d, T, eps, delta, eta = 200, 5, 10, 0.8, 1e-3, 0.5
     _, data = _problem(n=n, d=d)
     beta_t = jnp.asarray([0.3, -0.2, 0.1, 0.0, 0.5], jnp.float32)
-    est = dp_glm.noisy_gd(LOGISTIC, T, calibration)
+    est = dp_glm.noisy_gd(LOGISTIC, T, calibration, 4)  # the printed B
     hp = _hp(eps, delta, eta, T=T, calibration=calibration, n=n)
     mean = np.asarray(beta_t - eta * LOGISTIC.clipped_gradient(beta_t, data, 1.0, "l2").value)
     new, info = _step_draws(est, hp, beta_t, data, 4000, key)
@@ -218,7 +222,7 @@ def test_alg5_peeling_noise_scale_with_power(key):
     n, d, s, T, eps, delta, eta = 200, 12, 4, 5, 2.0, 1e-3, 1.0
     _, data = _problem(n=n, d=d)
     beta_t = jnp.zeros(d, jnp.float32)
-    est = dp_glm.noisy_iht(LOGISTIC, s, T)
+    est = dp_glm.noisy_iht(LOGISTIC, s, T, 4, calibration="paper")
     hp = _hp(eps, delta, eta, T=T, n=n)
     v = np.asarray(beta_t - eta * LOGISTIC.clipped_gradient(beta_t, data, 1.0, "linf").value)
     new, info = _step_draws(est, hp, beta_t, data, 3000, key)
@@ -274,10 +278,15 @@ def test_tight_calibrations_checked_against_dp_accounting(eps, T):
         else:
             assert exact > 0.85 * eps and led.approx_dp.epsilon == pytest.approx(eps, rel=1e-4)
     # And far less noise than the paper's basic composition.
-    paper = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, T), n, 20, dp_glm.default_hparams(n, eps, T))
-    tight = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, T, "gaussian"), n, 20,
+    paper = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, T, "paper", 4), n, 20,
+                          dp_glm.default_hparams(n, eps, T, calibration="paper"))
+    tight = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, T, "gaussian", 4), n, 20,
                           dp_glm.default_hparams(n, eps, T, calibration="gaussian"))
     assert tight < paper / 3
+    # the default (gaussian, b_constant = 2) is the same noise at half the declared sensitivity
+    default = _kernel_scale(dp_glm.noisy_gd(LOGISTIC, T), n, 20,
+                            dp_glm.default_hparams(n, eps, T))
+    assert default == pytest.approx(tight / 2, rel=1e-5)
 
 
 def test_ledger_with_the_printed_b_delivers_more_than_requested():
@@ -285,7 +294,7 @@ def test_ledger_with_the_printed_b_delivers_more_than_requested():
     from dp_accounting.pld import privacy_loss_distribution as pld
 
     hp = dp_glm.default_hparams(n, eps, T, calibration="gaussian")
-    led = _ledger(dp_glm.noisy_gd(LOGISTIC, T, "gaussian"), n, hp)  # b = 4: true/declared = 1/2
+    led = _ledger(dp_glm.noisy_gd(LOGISTIC, T, "gaussian", 4), n, hp)  # true/declared = 1/2
     (rel,) = led.releases
     assert rel.sensitivity_ratio == 0.5
     exact = pld.from_gaussian_mechanism(
@@ -400,7 +409,7 @@ def test_determinism_under_a_fixed_key(key):
 
 def test_no_recompile_when_swept_values_change(key):
     _, data = _problem(seed=7)
-    assert dp_glm.noisy_gd(LOGISTIC, 5) is dp_glm.noisy_gd(LOGISTIC, 5, "paper", 4)
+    assert dp_glm.noisy_gd(LOGISTIC, 5) is dp_glm.noisy_gd(LOGISTIC, 5, "gaussian", 2)
     dp_glm.fit_dp_glm(jax.random.fold_in(key, 0), data, LOGISTIC, epsilon=0.5, num_iterations=5,
                       calibration="gaussian")
     dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, 9), data, LOGISTIC, s=2, epsilon=0.5,
@@ -417,8 +426,8 @@ def test_no_recompile_when_swept_values_change(key):
 def test_ledgers_report_the_delivered_guarantee():
     n, T, eps = 1000, 10, 0.5
     delta = 1 / (2 * n)
-    hp = dp_glm.default_hparams(n, eps, T)
-    paper = _ledger(dp_glm.noisy_gd(LOGISTIC, T), n, hp)
+    hp = dp_glm.default_hparams(n, eps, T, calibration="paper")
+    paper = _ledger(dp_glm.noisy_gd(LOGISTIC, T, "paper", 4), n, hp)
     assert paper.composition == "basic" and paper.is_private
     (rel,) = paper.releases
     assert rel.count == T and rel.delta == pytest.approx(delta / T) and rel.log_constant == 2.0
@@ -443,7 +452,7 @@ def test_ledgers_report_the_delivered_guarantee():
     assert under.guarantee.epsilon > 5 * eps
     assert any("UNDER-NOISED" in note for note in under.notes)
     assert any("does NOT deliver" in note for note in under.notes)
-    unsplit = _ledger(dp_glm.noisy_gd(LOGISTIC, T, "unsplit"), n, hp)
+    unsplit = _ledger(dp_glm.noisy_gd(LOGISTIC, T, "unsplit", 4), n, hp)
     assert "NOT (eps, delta)-DP" in unsplit.variant
     # each step at (eps, delta) by the paper's formula literally, read off the exact curve
     mu1 = eps / math.sqrt(2 * math.log(2 / delta))
@@ -454,14 +463,15 @@ def test_ledgers_report_the_delivered_guarantee():
     assert unsplit.requested.epsilon == eps
     assert unsplit.requested.delta == pytest.approx(delta)
     assert any("does NOT deliver" in note for note in unsplit.notes)
-    sparse = _ledger(dp_glm.noisy_iht(LOGISTIC, 4, T), n, hp, d=6)
+    sparse = _ledger(dp_glm.noisy_iht(LOGISTIC, 4, T, 4, calibration="paper"), n, hp, d=6)
     assert sparse.releases[0].mechanism == "noisy-ht" and sparse.releases[0].s == 4
     r_sp = sparse.releases[0]
     r_true = r_sp.sensitivity * r_sp.sensitivity_ratio / r_sp.scale
     assert sparse.guarantee.epsilon == pytest.approx(T * peeling_epsilon(r_true, 4, delta / T),
                                                      rel=1e-5)
     assert sparse.guarantee.epsilon <= eps / 2
-    sparse_un = _ledger(dp_glm.noisy_iht(LOGISTIC, 4, T, split_budget=False), n, hp, d=6)
+    sparse_un = _ledger(dp_glm.noisy_iht(LOGISTIC, 4, T, 4, split_budget=False,
+                                         calibration="paper"), n, hp, d=6)
     r_un = sparse_un.releases[0]
     assert sparse_un.guarantee.epsilon == pytest.approx(
         T * peeling_epsilon(r_un.sensitivity * r_un.sensitivity_ratio / r_un.scale, 4, delta),
@@ -472,13 +482,19 @@ def test_ledgers_report_the_delivered_guarantee():
     assert not _ledger(dp_glm.gd(LOGISTIC, T), n, hp).is_private
     assert not _ledger(dp_glm.noisy_gd(LOGISTIC, T), n, dp_glm.default_hparams(n, np.inf, T)
                        ).is_private
+    # the defaults (exact Gaussian composition, B at the true bound; tight peeling) spend it
+    default = _ledger(dp_glm.noisy_gd(LOGISTIC, T), n, dp_glm.default_hparams(n, eps, T))
+    assert default.approx_dp.epsilon == pytest.approx(eps, rel=1e-5)
+    tight_sparse = _ledger(dp_glm.noisy_iht(LOGISTIC, 4, T), n, hp, d=6)
+    assert eps * (1 - 1e-4) <= tight_sparse.approx_dp.epsilon <= eps * (1 + 1e-5)
 
 
 def test_fit_ledgers_are_composed_from_the_events_of_the_run(key):
     """The fit records every step's event; its ledger is the one of those events."""
     n, T = 200, 4
     _, data = _problem(n=n)
-    res = dp_glm.fit_dp_glm(key, data, LOGISTIC, epsilon=0.5, num_iterations=T)
+    res = dp_glm.fit_dp_glm(key, data, LOGISTIC, epsilon=0.5, num_iterations=T,
+                            calibration="paper", b_constant=4)
     (rel,) = res.ledger.releases
     assert rel.count == T and rel.mechanism == "gaussian"
     assert rel.sensitivity_ratio == 0.5
@@ -488,9 +504,11 @@ def test_fit_ledgers_are_composed_from_the_events_of_the_run(key):
     assert res.ledger.approx_dp.epsilon == pytest.approx(
         T * gaussian_epsilon(mu / 2, 1 / (2 * n * T)), rel=1e-5)
     assert res.ledger.approx_dp.delta == pytest.approx(1 / (2 * n))
-    assert str(res.ledger) == str(_ledger(dp_glm.noisy_gd(LOGISTIC, T), n, res.hparams, d=5))
+    assert str(res.ledger) == str(_ledger(dp_glm.noisy_gd(LOGISTIC, T, "paper", 4), n,
+                                          res.hparams, d=5))
     sp = dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, 1), data, LOGISTIC, s=2,
-                                  epsilon=0.5, num_iterations=T)
+                                  epsilon=0.5, num_iterations=T, calibration="paper",
+                                  b_constant=4)
     (rel,) = sp.ledger.releases
     assert rel.count == T and rel.mechanism == "noisy-ht" and rel.s == 2
     # T peeling releases at (eps/T, delta/T), each read off the composition of its rounds at
@@ -499,6 +517,13 @@ def test_fit_ledgers_are_composed_from_the_events_of_the_run(key):
         T * peeling_epsilon(rel.sensitivity * rel.sensitivity_ratio / rel.scale, 2,
                             1 / (2 * n * T)), rel=1e-5)
     assert sp.ledger.approx_dp.epsilon <= 0.25
+    # the defaults: the same composition, the whole budget spent
+    res = dp_glm.fit_dp_glm(key, data, LOGISTIC, epsilon=0.5, num_iterations=T)
+    assert res.ledger.releases[0].sensitivity_ratio == 1.0
+    assert res.ledger.approx_dp.epsilon == pytest.approx(0.5, rel=1e-5)
+    sp = dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, 1), data, LOGISTIC, s=2,
+                                  epsilon=0.5, num_iterations=T)
+    assert 0.5 * (1 - 1e-4) <= sp.ledger.approx_dp.epsilon <= 0.5 * (1 + 1e-5)
 
 
 def test_one_calibration_constant_moves_both_the_noise_and_the_ledger(key, monkeypatch):
@@ -509,8 +534,8 @@ def test_one_calibration_constant_moves_both_the_noise_and_the_ledger(key, monke
 
     n, d, T, eps = 200, 5, 4, 0.5
     _, data = _problem(n=n, d=d)
-    est = dp_glm.noisy_gd(LOGISTIC, T)  # classic Gaussian, log(2/delta), B = 4 (R + c1)
-    hp = dp_glm.default_hparams(n, eps, T)
+    est = dp_glm.noisy_gd(LOGISTIC, T, "paper", 4)  # classic Gaussian, log(2/delta), printed B
+    hp = dp_glm.default_hparams(n, eps, T, calibration="paper")
     hpj = jax.tree_util.tree_map(jnp.asarray, hp)
     beta = jnp.zeros(d)
 

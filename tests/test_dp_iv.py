@@ -218,8 +218,8 @@ def test_calibration_formula_reference_values():
         g = dp_iv.clipping_threshold(n, q, T)
         assert g == pytest.approx(g_ref, abs=0.05)
         assert _lam("paper", g, n, T, 1.0) == pytest.approx(lam_ref, abs=6e-4)
-        ev1, ev2 = _events(dp_iv.dp_2s_gd(T), dp_iv.make_hparams(1.0, 1.0, 0.5, 0.1, g, g), n,
-                           q=q, p=1)
+        ev1, ev2 = _events(dp_iv.dp_2s_gd(T, "paper"),
+                           dp_iv.make_hparams(1.0, 1.0, 0.5, 0.1, g, g), n, q=q, p=1)
         for ev in (ev1, ev2):
             np.testing.assert_allclose(np.asarray(ev.scale), lam_ref, atol=6e-4)
     hp = dp_iv.make_hparams(0.3, 0.3, 0.5, 0.1, 3.0, 3.0)
@@ -410,7 +410,7 @@ def test_no_recompile_when_budgets_steps_or_clipping_change(key):
         dp_iv.fit_dp_2s_gd(jax.random.fold_in(key, i + 1), data, rho1=r1, rho2=r2, eta=e,
                            alpha=a, gamma1=g, gamma2=g, **kw)
     assert compile_count(base._fit_run) == before
-    assert dp_iv.dp_2s_gd(4) is dp_iv.dp_2s_gd(4, "paper")  # cached builder
+    assert dp_iv.dp_2s_gd(4) is dp_iv.dp_2s_gd(4, "tight")  # cached builder
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,12 +25,12 @@ The estimate is ``beta^(T)``.
 ``Delta_k = 2 gamma_k / n`` given the released iterates, and the Gaussian mechanism is
 calibrated from it alone with a per-step zCDP budget:
 
-* ``"paper"`` (default; Prop 3.1, eq. 4): ``lambda_k = (2 gamma_k / n) sqrt(T / rho_k)
+* ``"tight"`` (default): ``lambda_k = (gamma_k / n) sqrt(2T / rho_k)``, per-step budget
+  ``rho_k / T``; delivers exactly ``rho_1 + rho_2``.
+* ``"paper"`` (Prop 3.1, eq. 4): ``lambda_k = (2 gamma_k / n) sqrt(T / rho_k)
   = Delta_k / sqrt(2 rho_k / (2T))``, i.e. per-step budget ``rho_k / (2T)``. Over ``T`` steps this
   is ``Delta^2 T / (2 lambda^2) = rho_k / 2``-zCDP, half of what the paper states (spec 004 §2.3,
   §6 A1): over-noised by ``sqrt 2``, so private, and the ledger reports ``(rho_1 + rho_2)/2``.
-* ``"tight"``: ``lambda_k = (gamma_k / n) sqrt(2T / rho_k)``, per-step budget ``rho_k / T``;
-  delivers exactly ``rho_1 + rho_2``.
 
 **Privacy.** Adaptive zCDP composition of the ``2T`` Gaussian releases (``T`` per stage)
 gives ``rho``-zCDP for the whole transcript ``{Theta^(t), beta^(t)}_{t=1..T}`` under replace-one
@@ -227,13 +227,13 @@ def _build(variant: Variant, calibration: Calibration, num_iterations: int) -> E
                      num_iterations, "full", ledger_fn)
 
 
-def dp_2s_gd(num_iterations: int, calibration: Calibration = "paper") -> Estimator:
+def dp_2s_gd(num_iterations: int, calibration: Calibration = "tight") -> Estimator:
     """DP-2S-GD (Algorithm 1) with ``T = num_iterations`` full-batch steps (static).
 
     Args:
         num_iterations: ``T``; enters the noise calibration.
-        calibration: ``"paper"`` (default, ``lambda = (2 gamma/n) sqrt(T/rho)``, delivers
-            ``rho/2``) or ``"tight"`` (``lambda = (gamma/n) sqrt(2T/rho)``, delivers ``rho``).
+        calibration: ``"tight"`` (default, ``lambda = (gamma/n) sqrt(2T/rho)``, delivers
+            ``rho``) or ``"paper"`` (``lambda = (2 gamma/n) sqrt(T/rho)``, delivers ``rho/2``).
     """
     return _build("dp", calibration, num_iterations)
 
@@ -502,7 +502,7 @@ def fit_dp_2s_gd(
     num_iterations: int,
     gamma1: Any = None,
     gamma2: Any = None,
-    calibration: Calibration = "paper",
+    calibration: Calibration = "tight",
     theta0: Any = None,
     beta0: Any = None,
     tau: float = 5.0,
@@ -510,6 +510,9 @@ def fit_dp_2s_gd(
     secure: bool = False,
 ) -> FitResult:
     """Fit DP-2S-GD (Algorithm 1) to one IV data set.
+
+    Default calibration ``"tight"``: the ledger delivers the requested ``rho1 + rho2``
+    (exactly). The paper's ``calibration="paper"`` delivers half of it.
 
     Args:
         key: PRNG key (or int seed) for the noise.
@@ -523,7 +526,8 @@ def fit_dp_2s_gd(
         num_iterations: ``T >= 1``.
         gamma1, gamma2: clipping thresholds in (0, inf]; default the paper's
             ``(sqrt(q) + sqrt(tau + log(n T)))^2`` (``c0 = 1``); inf only with ``rho = inf``.
-        calibration: ``"paper"`` (default; delivers ``(rho1 + rho2)/2``) or ``"tight"``.
+        calibration: ``"tight"`` (default; delivers ``rho1 + rho2``) or ``"paper"`` (delivers
+            ``(rho1 + rho2)/2``).
         theta0, beta0: data-independent start (default zeros, as the paper).
         tau: the ``tau`` of the default clipping rule.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
@@ -533,7 +537,8 @@ def fit_dp_2s_gd(
 
     Returns:
         :class:`FitResult` with ``beta^(T)``, the iterates and the ledger: rho-zCDP under
-        replace-one adjacency with rho as delivered (``(rho1+rho2)/2`` for ``"paper"``).
+        replace-one adjacency with rho as delivered (``rho1 + rho2`` by default,
+        ``(rho1+rho2)/2`` for ``"paper"``).
     """
     return _fit("dp", key, data, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha,
                 num_iterations=num_iterations, gamma1=gamma1, gamma2=gamma2,
@@ -607,9 +612,9 @@ def _example() -> registry.Example:
 def _register() -> None:
     T = 4
     for name, build, kw in [
-        ("dp-2s-gd/paper", functools.partial(dp_2s_gd, T),
+        ("dp-2s-gd/paper", functools.partial(dp_2s_gd, T, "paper"),
          dict(requested=lambda lv: ("rho", lv))),
-        ("dp-2s-gd/tight", functools.partial(dp_2s_gd, T, "tight"),
+        ("dp-2s-gd/tight", functools.partial(dp_2s_gd, T),
          dict(requested=lambda lv: ("rho", 2 * lv))),
         ("dp-2s-gd-beta/paper (not DP as claimed)", functools.partial(dp_2s_gd_beta_only, T),
          dict(ledger_private=False)),

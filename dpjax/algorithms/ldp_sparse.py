@@ -447,6 +447,12 @@ def fit_nldp(
 ) -> FitResult:
     """Fit Algorithm 1 (NLDP, spec 001 §2.1) once to ``n`` users, one record each.
 
+    Calibration: each of the two Gaussian releases at ``(epsilon/2, delta/2)`` uses the classic
+    formula where ``epsilon/2 <= 1`` (its proof) and the analytic one above. The ledger delivers
+    the request above ``epsilon = 2`` (0.9999 of it at epsilon = 50), less up to 2 (0.59 of
+    epsilon = 1, 0.35 of 0.1; ``docs/families/ldp_sparse.md``): :func:`dpjax.calibrate` solves
+    the budget that spends it.
+
     Args:
         key: PRNG key (or int seed) for the users' noise.
         data: the pair ``(x (n, d), y (n,))``.

@@ -1,0 +1,132 @@
+"""The gain of spending the whole budget: error at equal *requested* budget, the paper's
+calibration against dpjax's default (which delivers the request by its ledger).
+
+One small problem per private fit whose default changed, a few seeds (the data fixed per seed,
+the same noise key under both calibrations), the mean error with its standard error and what
+each ledger delivers. A few minutes on 2 CPU cores::
+
+    python benchmarks/budget_gain.py [--seeds 5] [--out benchmarks/results/budget_gain.csv]
+
+The table is printed in Markdown (the family pages and benchmarks/README.md quote it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import results
+from dpjax.algorithms import dp_em, dp_glm, dp_iv
+from dpjax.calibrate import delivered_fraction
+from dpjax.models import GaussianMixture, iv, sparse_unit_beta
+from dpjax.models.glm import GLM, sparse_sphere_beta
+
+
+def _glm(seed, sparse):
+    model = GLM("logistic")
+    d, s = (20, 3) if sparse else (5, 5)
+    beta = np.asarray(sparse_sphere_beta(jax.random.key(100 + seed), d, s))
+    data = model.simulate(jax.random.key(200 + seed), 2000, jnp.asarray(beta))
+    return model, data, beta
+
+
+def _gmm(seed, d, s):
+    model = GaussianMixture(0.5)
+    beta = sparse_unit_beta(d, s)
+    data = model.simulate(jax.random.key(300 + seed), 2000, jnp.asarray(beta))
+    return model, data, beta
+
+
+def _iv(seed):
+    model = iv.LinearIV(p=2, q=3, r=2)
+    prm = model.draw_parameters(jax.random.key(7))
+    data = model.simulate(jax.random.key(400 + seed), 2000, model.pack(prm))
+    return data, np.asarray(prm.beta), dp_iv.paper_step_sizes(prm.theta, 2000)
+
+
+def problems():
+    """name -> (budget text, fit(seed, calibration_kwargs) -> (error, ledger), paper kwargs)."""
+
+    def glm_fit(seed, kw):
+        model, data, beta = _glm(seed, False)
+        res = dp_glm.fit_dp_glm(jax.random.key(seed), data, model, epsilon=1.0,
+                                num_iterations=10, **kw)
+        return float(np.linalg.norm(res.estimate - beta)), res.ledger
+
+    def sparse_fit(seed, kw):
+        model, data, beta = _glm(seed, True)
+        res = dp_glm.fit_sparse_dp_glm(jax.random.key(seed), data, model, epsilon=1.0, s=6,
+                                       num_iterations=10, **kw)
+        return float(np.linalg.norm(res.estimate - beta)), res.ledger
+
+    def hd_fit(seed, kw):
+        model, data, beta = _gmm(seed, 20, 3)
+        res = dp_em.fit_hd_dp_em(jax.random.key(seed), data, model, epsilon=1.0, s_hat=3,
+                                 beta0=0.8 * beta, **kw)
+        return float(np.linalg.norm(res.estimate - beta)), res.ledger
+
+    def ld_fit(seed, kw):
+        model, data, beta = _gmm(seed, 4, 4)
+        res = dp_em.fit_ld_dp_em(jax.random.key(seed), data, model, epsilon=1.0,
+                                 beta0=0.8 * beta, **kw)
+        return float(np.linalg.norm(res.estimate - beta)), res.ledger
+
+    def iv_fit(seed, kw):
+        data, beta, steps = _iv(seed)
+        res = dp_iv.fit_dp_2s_gd(jax.random.key(seed), data, rho1=0.05, rho2=0.05,
+                                 eta=steps.eta, alpha=steps.alpha, num_iterations=10, **kw)
+        return float(np.linalg.norm(res.estimate - beta)), res.ledger
+
+    return {
+        "dp_glm.fit_dp_glm": ("epsilon = 1 (n = 2000, d = 5, T = 10)", glm_fit,
+                              dict(calibration="paper", b_constant=4)),
+        "dp_glm.fit_sparse_dp_glm": ("epsilon = 1 (n = 2000, d = 20, s = 6, T = 10)",
+                                     sparse_fit, dict(calibration="paper", b_constant=4)),
+        "dp_em.fit_hd_dp_em": ("epsilon = 1 (GMM, n = 2000, d = 20, s_hat = 3)", hd_fit,
+                               dict(calibration="paper")),
+        "dp_em.fit_ld_dp_em": ("epsilon = 1 (GMM, n = 2000, d = 4)", ld_fit,
+                               dict(calibration="paper")),
+        "dp_iv.fit_dp_2s_gd": ("rho1 = rho2 = 0.05 (n = 2000, p = 2, q = 3, T = 10)", iv_fit,
+                               dict(calibration="paper")),
+    }
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--out", default=None, help="also write the rows as CSV")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    rows = []
+    for name, (budget, fit, paper_kw) in problems().items():
+        for label, kw in (("paper", paper_kw), ("default", {})):
+            errs, fracs = [], []
+            for seed in range(args.seeds):
+                err, led = fit(seed, kw)
+                errs.append(err)
+                fracs.append(delivered_fraction(led))
+            e = np.asarray(errs)
+            rows.append({"fit": name, "budget": budget, "calibration": label,
+                         "args": ", ".join(f"{k}={v!r}" for k, v in kw.items()) or "(defaults)",
+                         "delivered": float(np.mean(fracs)), "error_mean": float(e.mean()),
+                         "error_se": float(e.std(ddof=1) / math.sqrt(e.size)),
+                         "seeds": args.seeds})
+    print(f"# {platform.node()} ({platform.machine()}, jax {jax.__version__}, "
+          f"{jax.devices()[0].platform}); {time.perf_counter() - t0:.0f} s\n")
+    print("| fit | requested | calibration | delivered / requested | mean error (s.e.) |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| `{r['fit']}` | {r['budget']} | {r['args']} | {r['delivered']:.3f} | "
+              f"{r['error_mean']:.3g} ({r['error_se']:.2g}) |")
+    if args.out:
+        results.write_csv(args.out, rows)
+
+
+if __name__ == "__main__":
+    main()
