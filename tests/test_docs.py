@@ -539,7 +539,6 @@ def test_the_own_study_gradient_block_matches_finite_differences(tmp_path, monke
     assert "d/d eta" in capsys.readouterr().out
 
 
-@pytest.mark.xfail(strict=False, reason="needs dpjax run FILE.py")
 def test_the_own_study_runs_from_the_command_line(tmp_path, monkeypatch, capsys):
     """``dpjax run my_study.py`` as the page shows it: ``--help`` lists the settings, a quick
     run writes the files, a rerun with more repetitions reuses the finished ones and says so,
