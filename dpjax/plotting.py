@@ -504,7 +504,7 @@ def draw_panels(
     width = max(40, int(fig.get_figwidth() * 12))
     text = "\n".join(textwrap.fill(line, width) for line in
                      [*(suptitle.split("\n") if suptitle else []), caption(panels),
-                      *(f"by the privacy ledger, {note}" for note in _FIGURE_NOTES.get())])
+                      *_ledger_lines()])
     fig.suptitle(text, fontsize=9)
     return fig
 
@@ -526,9 +526,25 @@ def plot_panels(
                             ncols=ncols), path)
 
 
+def _ledger_lines() -> list[str]:
+    return [f"by the privacy ledger, {note}" for note in _FIGURE_NOTES.get()]
+
+
 def save_figure(fig: Any, path: str | Path) -> None:
-    """Write ``fig`` to ``path`` at the figures' resolution and close it."""
+    """Write ``fig`` to ``path`` at the figures' resolution and close it.
+
+    Inside :func:`figure_notes` (``dpjax run`` where a level's ledger delivers another budget
+    than the one requested), a figure whose title does not already say so (one an experiment
+    draws itself rather than by :func:`draw_panels`) gets the notes as a footer below it."""
     import matplotlib.pyplot as plt
 
-    fig.savefig(path, dpi=DPI)
+    lines = _ledger_lines()
+    title = fig.get_suptitle() if hasattr(fig, "get_suptitle") else ""
+    if lines and not all(line in " ".join(title.split()) for line in lines):
+        width = max(40, int(fig.get_figwidth() * 13))
+        fig.text(0.5, -0.01, "\n".join(textwrap.fill(line, width) for line in lines),
+                 ha="center", va="top", fontsize=8)
+        fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    else:
+        fig.savefig(path, dpi=DPI)
     plt.close(fig)

@@ -241,6 +241,30 @@ def test_figure_caption_carries_the_delivered_budget(tmp_path):
     plotting.save_figure(fig, tmp_path / "g.png")
 
 
+def test_a_figure_an_experiment_draws_itself_carries_the_delivered_budget(tmp_path):
+    """Figures drawn without draw_panels (the LDP and Card figures) get the ledger's note as
+    a footer when they are saved, and only inside figure_notes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpjax import plotting
+
+    def texts(fig):
+        return " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [1, 2])
+    fig.suptitle("a figure of its own")
+    with plotting.figure_notes(["m: the noise delivers 0.22 of the requested budget"]):
+        plotting.save_figure(fig, tmp_path / "f.png")
+    assert "delivers 0.22 of the requested budget" in texts(fig)
+    fig, ax = plt.subplots()
+    plotting.save_figure(fig, tmp_path / "g.png")
+    assert "requested budget" not in texts(fig)
+
+
 def test_ledger_fraction_helper():
     led = dataclasses.replace(
         _dp_mean_ledger(), requested=ApproxDP(1.0, 1e-3))
