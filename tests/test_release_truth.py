@@ -279,3 +279,19 @@ def test_the_audits_page_states_what_the_default_noise_path_assumes():
     assert "have not been rerun" not in text and "Claims since" not in text
     for page in sorted((ROOT / "docs" / "families").glob("*.md")):
         assert "audits.md#what-the-default-noise-path-assumes" in page.read_text(), page.name
+
+
+def test_the_readme_states_the_default_paths_floor_with_the_computed_numbers():
+    """The README's numbers are the floors dpjax computes (not typed-in claims)."""
+    import re
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    lo, hi = fs.support("normal", jnp.float32)
+    assert f"[{lo:.2f}, {hi:.2f}] sigma" in text
+    m = re.search(r"at delta = 1e-6 the true delta is at least (\S+) at epsilon 3, (\S+) at "
+                  r"epsilon 8", text)
+    assert m, "the README's floor sentence moved"
+    for stated, eps in zip(m.groups(), (3.0, 8.0)):
+        mu = 1.0 / float(mechanisms.gaussian_multiplier(eps, 1e-6))
+        assert float(stated.rstrip(",.")) == pytest.approx(fs.delta_floor("gaussian", mu), rel=0.05)
+    assert "secure=True" in text
