@@ -618,7 +618,7 @@ class Ledger:
 
 class PrivacyBudgetError(ConfigError):
     """The noise a run drew delivers a weaker guarantee than the one requested (a
-    :class:`~dpjax._validate.ConfigError`: ``dpjax run`` reports it as one line, exit 2)."""
+    :class:`~dpjax.config.ConfigError`: ``dpjax run`` reports it as one line, exit 2)."""
 
 
 #: relative slack of :func:`check_delivers` (float32 rounding of the noise scales)

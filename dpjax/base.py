@@ -29,10 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax._validate import TracedFitError
 
 __all__ = [
     "Estimator",
     "FitResult",
+    "TracedFitError",
     "fit",
     "InitFn",
     "StepFn",
@@ -255,7 +257,7 @@ def fit(
     (``estimator.ledger(n, hparams, events)``), and refuses a non-finite estimate.
 
     A fit runs on the host (it checks concrete values and builds the ledger there): under
-    ``jax.jit`` or ``jax.vmap`` it raises :class:`~dpjax._validate.TracedFitError`; trace
+    ``jax.jit`` or ``jax.vmap`` it raises :class:`~dpjax.base.TracedFitError`; trace
     :func:`run` or the sweep (:func:`dpjax.sweep.study_function`) instead.
 
     Args:

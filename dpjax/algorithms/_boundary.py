@@ -2,7 +2,7 @@
 
 One place for what each private fit does before it builds its estimator: the key, the model's
 type, the ``on_invalid`` policy and the data, ``n``, the number of iterations, the budget (the
-one delta policy of :func:`dpjax._validate.resolve_delta`) and the step size. The family-specific
+one delta policy, documented on the privacy page) and the step size. The family-specific
 checks (truncation, sparsity, clipping) stay in the families.
 """
 
@@ -55,7 +55,7 @@ def checked_inputs(
     non-private fit), ``on_invalid``, the data (``validate(data, on_invalid)``), the number of
     iterations in ``[1, inf)`` (``[1, n]`` with ``at_most_n``; ``None`` gives
     ``default_iterations(n)``), the budget -- ``epsilon`` in (0, inf] with ``delta``
-    by :func:`~dpjax._validate.resolve_delta` (default ``1/(2n)``), or, with ``epsilon=None``
+    by the one delta policy of the privacy page (default ``1/(2n)``), or, with ``epsilon=None``
     (a zCDP fit), only ``delta`` for the conversion -- and the step size ``eta`` > 0.
 
     Args:

@@ -411,12 +411,12 @@ def fit_hd_dp_em(
         beta0: data-independent initial value with at most ``s_hat`` non-zeros.
         epsilon: in (0, inf]; inf gives the non-private limit with exactly zero noise.
         delta: in (0, 1); default ``1/(2n)`` (the paper's experiments; the one delta policy of
-            every ``fit_*``, :func:`dpjax._validate.resolve_delta`).
+            every ``fit_*``, the privacy page's "One fit contract, one delta policy").
         eta: step size > 0 (default 0.5, the paper's experiments).
         truncation: ``T`` in (0, inf]; default ``sqrt(log n)``; inf only with epsilon = inf.
         num_iterations: ``N0`` in [1, n]; default ``ceil(log n)``.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
-            :func:`dpjax._validate.check_on_invalid`).
+            the privacy page's "Bad records on real data").
         secure: the floating-point-safe noise path for a real release (see
             :func:`dpjax.fit`): each peeling step rounds its statistic to a public grid,
             selects by exact permute-and-flip and releases with exact discrete Laplace noise,

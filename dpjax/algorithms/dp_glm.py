@@ -576,7 +576,7 @@ def fit_dp_glm(
         epsilon: in (0, inf]; inf gives the non-private limit with exactly zero noise.
         num_iterations: ``T >= 1`` (the noise grows with it; fixed before the run).
         delta: in (0, 1); default ``1/(2n)`` (the paper's simulations; the one delta policy of
-            every ``fit_*``, :func:`dpjax._validate.resolve_delta`).
+            every ``fit_*``, the privacy page's "One fit contract, one delta policy").
         eta: step size > 0 (default 1, the paper's simulations).
         truncation: ``R`` in (0, inf]; default 1 for the logistic model (``y`` in {0, 1});
             required for private linear/Poisson fits; inf only with epsilon = inf.
@@ -587,7 +587,7 @@ def fit_dp_glm(
         b_constant: ``B = b_constant (R + c1) sigma_x``; default (``None``) 2, the true bound
             (4 as printed); must be >= 2.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
-            :func:`dpjax._validate.check_on_invalid`).
+            the privacy page's "Bad records on real data").
         secure: the floating-point-safe noise path for a real release (see
             :func:`dpjax.fit`).
 

@@ -531,7 +531,7 @@ def fit_dp_2s_gd(
         theta0, beta0: data-independent start (default zeros, as the paper).
         tau: the ``tau`` of the default clipping rule.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
-            :func:`dpjax._validate.check_on_invalid`).
+            the privacy page's "Bad records on real data").
         secure: the floating-point-safe noise path for a real release (see
             :func:`dpjax.fit`).
 

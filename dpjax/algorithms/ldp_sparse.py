@@ -467,7 +467,7 @@ def fit_nldp(
         sigma: the sub-Gaussian scale of the default rules.
         num_chunks, per_user, cov: as :func:`nldp`.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
-            :func:`dpjax._validate.check_on_invalid`).
+            the privacy page's "Bad records on real data").
         secure: the floating-point-safe noise path for a real release (see :func:`dpjax.fit`):
             every user's two reports are its statistics rounded to a public grid plus exact
             discrete Gaussian noise (drawn per user, whatever ``per_user`` says), calibrated so
