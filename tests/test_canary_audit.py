@@ -331,8 +331,25 @@ def test_a_plant_within_the_calibrations_slack_is_not_a_violation():
     2 of slack, so with the sensitivity halved its exact epsilon (mu-GDP of its events) is still
     below the claim, and no sound audit can exceed it. The table in docs/audits.md lists the
     exact bound next to every audited one."""
-    case = _claim_only("alg1-noisy-gd/logistic")
+    import dataclasses
+    import functools
+
+    from dpjax.algorithms import dp_glm
+    from dpjax.models.glm import GLM
+
+    # the paper's calibration by name (the registry's default now spends the whole request)
+    entry = dataclasses.replace(
+        _entry("alg1-noisy-gd/logistic"),
+        build=functools.partial(dp_glm.noisy_gd, GLM("logistic"), 5, "paper",
+                                dp_glm.PAPER_B_CONSTANT), requested=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DPJaxWarning)
+        case = audit.canary_case(entry, audit.AUDIT_LEVELS.get("dp-glm", 1.0),
+                                 delta=audit.AUDIT_DELTA, num_candidates=2, search_rounds=0)
     assert case.epsilon_bound(0.5) < case.claim_epsilon < case.epsilon_bound(0.2)
+    # the default (b_constant = 2, the exact composition) leaves no such slack
+    default = _claim_only("alg1-noisy-gd/logistic")
+    assert default.epsilon_bound(0.5) > default.claim_epsilon
     # a single Gaussian release: since issue 28 its ledger claims the exact curve of the noise
     # drawn, so no slack is left and the halved sensitivity is a violation of the claim
     dp_mean = _claim_only("dp-mean")

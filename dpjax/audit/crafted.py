@@ -143,12 +143,12 @@ def _hd_dp_em_setups() -> dict[str, tuple]:
            (np.array([far, far, 0, 0, 0, 0, T]), np.r_[1.0, 1.0, np.zeros(4), 1.0])]
     return {
         "hd-dp-em/gmm/one-step": (
-            dp_em.hd_dp_em(GaussianMixture(0.5), 1, 1),
+            dp_em.hd_dp_em(GaussianMixture(0.5), 1, 1, calibration="paper"),
             dp_em.DPEMHyperparams(*_f32(1.0, 1e-3, 1.0, 1.0)),
             np.r_[0.1, 0.1, np.zeros(d - 2)],
             lambda r: GMMData(*_f32(np.stack([r, gmm[0]]))), gmm[1], gmm[2]),
         "hd-dp-em/rmc/one-step": (
-            dp_em.hd_dp_em(RegressionMissingCovariates(1.0), 1, 1),
+            dp_em.hd_dp_em(RegressionMissingCovariates(1.0), 1, 1, calibration="paper"),
             dp_em.DPEMHyperparams(*_f32(1.0, 1e-3, 1.0, T)), np.full(7, 0.01),
             lambda r: RMCData(*_f32(np.stack([r[0], rmc[0][0]]), np.stack([r[1], rmc[0][1]]),
                                     [1e3, 1e3])), rmc[1], rmc[2]),
@@ -170,10 +170,12 @@ def _glm_setups() -> dict[str, tuple]:
     hp = dp_glm.GLMHyperparams(*_f32(2.0, 1e-3, 1.0, 1.0, 1.0 / math.log(2e3)))
     return {
         "alg5-noisy-iht/logistic/one-step": (
-            dp_glm.noisy_iht(GLM("logistic"), 1, 1), hp, np.r_[0.0, b, np.zeros(d - 2)],
+            dp_glm.noisy_iht(GLM("logistic"), 1, 1, dp_glm.PAPER_B_CONSTANT, calibration="paper"),
+            hp, np.r_[0.0, b, np.zeros(d - 2)],
             lambda r: GLMData(*_f32(np.stack([r, glm[0]]), [-1.0, -1.0])), glm[1], glm[2]),
         "alg1-noisy-gd/logistic/one-step": (
-            dp_glm.noisy_gd(GLM("logistic"), 1), hp, np.r_[0.0, 100.0, np.zeros(dg - 2)],
+            dp_glm.noisy_gd(GLM("logistic"), 1, "paper", dp_glm.PAPER_B_CONSTANT), hp,
+            np.r_[0.0, 100.0, np.zeros(dg - 2)],
             lambda r: GLMData(*_f32(r[None], [-1.0])), np.r_[1.0, 1.0, -np.ones(dg - 2)],
             np.r_[-1.0, 1.0, np.ones(dg - 2)]),
     }
