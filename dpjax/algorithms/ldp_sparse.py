@@ -61,7 +61,7 @@ from dpjax.accounting import (
     compose_parallel,
 )
 from dpjax.algorithms._boundary import checked_inputs
-from dpjax.base import Estimator, FitResult, fit
+from dpjax.base import Estimator, FitResult, batch_size, fit
 from dpjax.local_randomizers import (
     l2_ball_mechanism,
     ldp_iht_radius,
@@ -407,7 +407,24 @@ def nldp(num_chunks: int = 1, *, per_user: bool = False,
                 NLDPInfo(indefinite, min_eig, (rel_cov.event, rel_xy.event)))
 
     return Estimator(name, init, step, num_steps=num_chunks, batching="disjoint",
-                     ledger=_nldp_ledger(name, cov))
+                     ledger=_nldp_ledger(name, cov),
+                     check=functools.partial(_nldp_check, num_chunks, cov))
+
+
+def _nldp_check(num_chunks: int, cov: str, n: int, hp: NLDPHyperparams, dtype) -> None:
+    """Refuse the clipping levels on public values only, before anything runs (a refusal never
+    depends on the data): each user's ``x~ x~^T`` is at most ``r^2`` per entry and
+    ``x_bar y_bar`` at most ``tau1 tau2``, so a chunk's sums of ``n // num_chunks`` users must
+    not overflow ``dtype`` and the ranges the noise is calibrated from (at ``d = 1`` for the
+    cross term) must be normal numbers of it."""
+    if not math.isfinite(float(np.asarray(hp.epsilon))):
+        return
+    m0 = max(batch_size(n, num_chunks), 1)
+    r, t1, t2 = (float(np.asarray(v)) for v in (hp.r, hp.tau1, hp.tau2))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        _validate.check_noise_inputs("r", r, float(cov_range(r, cov)), m0 * r * r, dtype)
+        name, value = ("tau1", t1) if t1 >= t2 else ("tau2", t2)
+        _validate.check_noise_inputs(name, value, cross_range(1, t1, t2), m0 * t1 * t2, dtype)
 
 
 class IndefiniteCovarianceError(FloatingPointError):
