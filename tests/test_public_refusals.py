@@ -51,6 +51,18 @@ def _nldp_pair():
     return (jnp.asarray(x), jnp.asarray(y)), (jnp.asarray(x), jnp.asarray(y2))
 
 
+def _iht_pair():
+    """Four users ``x = (S, 0)`` with ``S = 1e19``, ``y = 1`` (shrunk at ``tau1 = S``): a
+    report's norm is about ``2.2 S^2 = 2.2e38`` and four of them add up beyond float32's
+    maximum; the neighbour's last response is ``-1``."""
+    x = np.tile(np.array([1e19, 0.0], np.float32), (4, 1))
+    y = np.ones(4, np.float32)
+    y2 = y.copy()
+    y2[-1] = -1.0
+    return (jnp.asarray(x), jnp.asarray(y)), (jnp.asarray(x), jnp.asarray(y2))
+
+
+_IHT_HP = ldp_sparse.IHTHyperparams(*(np.float32(v) for v in (1.0, 1e19, 1.0, 1.0)))
 _GMM = GaussianMixture(0.5)
 _LINEAR = GLM("linear", predictor_bound=1.0)
 _EM = dict(beta0=jnp.array([1.0, 0.0]), epsilon=1.0, delta=1e-3, num_iterations=1,
@@ -65,9 +77,12 @@ CASES = {
         0, d, _LINEAR, s=1, beta0=jnp.array([0.0, 0.0]), **_GLM)),
     "nldp": (_nldp_pair, lambda d: ldp_sparse.fit_nldp(
         0, d, epsilon=1.0, delta=1e-3, r=1.0, tau1=T, tau2=1.0)),
+
+    "ldp-iht": (_iht_pair, lambda d: base.fit(ldp_sparse.ldp_iht(1, 1), 0, d, jnp.zeros(2),
+                                                _IHT_HP)),
 }
 
-MATCH = {"nldp": "lower tau1"}
+MATCH = {"nldp": "lower tau1", "ldp-iht": "lower tau1"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -69,6 +69,7 @@ from dpjax.local_randomizers import (
     local_gaussian_mean,
     local_gaussian_sigma,
     outer_product_range,
+    randomizer_scale,
     symmetric_gaussian_sigma,
 )
 from dpjax.mechanisms import (
@@ -819,7 +820,30 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
         return _iht_next_state(state, beta, g_sum, chunks), info
 
     return Estimator(name, init, step, num_steps=num_steps * chunks, batching=batching,
-                     ledger=_iht_ledger(name, variant))
+                     ledger=_iht_ledger(name, variant),
+                     check=functools.partial(_iht_check, num_steps, chunks, k_prime, theta_norm,
+                                             variant, batching))
+
+
+def _iht_check(num_steps: int, chunks: int, k_prime: int, theta_norm: float, variant: str,
+               batching: str, n: int, hp: IHTHyperparams, dtype) -> None:
+    """Refuse the shrinkage levels on public values only, before anything runs (a refusal
+    never depends on the data): every report has norm ``B`` (:func:`randomizer_scale` of the
+    radius, taken at ``d = 1``, the smallest), so a round's sum of reports (at most
+    ``n // T + n mod T`` users with groups, ``C (n // (T C))`` with batches) must not overflow
+    ``dtype``, and the radius and ``B`` must be normal numbers of it."""
+    eps = float(np.asarray(hp.epsilon))
+    if not math.isfinite(eps):
+        return
+    t1, t2 = (float(np.asarray(v)) for v in (hp.tau1, hp.tau2))
+    users = (n // num_steps + n % num_steps if batching == "full"
+             else chunks * batch_size(n, num_steps * chunks))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        radius = float(ldp_iht_radius(1, k_prime, t1, t2, theta_norm=theta_norm,
+                                      variant=variant))
+        b = float(randomizer_scale(radius, eps, 1))
+        name, value = ("tau1", t1) if theta_norm * t1 >= t2 else ("tau2", t2)
+        _validate.check_noise_inputs(name, value, radius, max(users, 1) * b, dtype, scale=b)
 
 
 # --------------------------------------------------------------------------------------------
