@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dpjax import base
-from dpjax.algorithms import dp_em, dp_glm, ldp_sparse
+from dpjax.algorithms import dp_em, dp_gem, dp_glm, ldp_gem, ldp_sparse
 from dpjax.models.glm import GLM, GLMData
 from dpjax.models.gmm import GaussianMixture, GMMData
 
@@ -67,6 +67,8 @@ _GMM = GaussianMixture(0.5)
 _LINEAR = GLM("linear", predictor_bound=1.0)
 _EM = dict(beta0=jnp.array([1.0, 0.0]), epsilon=1.0, delta=1e-3, num_iterations=1,
            truncation=T)
+_GEM = dict(epsilon=1.0, delta=1e-3, num_iterations=1, beta0=jnp.array([1.0, 0.0]), tau=1.0,
+            eta=1.0)
 _GLM = dict(epsilon=1.0, delta=1e-3, num_iterations=1, eta=0.5, truncation=T)
 
 CASES = {
@@ -77,12 +79,25 @@ CASES = {
         0, d, _LINEAR, s=1, beta0=jnp.array([0.0, 0.0]), **_GLM)),
     "nldp": (_nldp_pair, lambda d: ldp_sparse.fit_nldp(
         0, d, epsilon=1.0, delta=1e-3, r=1.0, tau1=T, tau2=1.0)),
-
     "ldp-iht": (_iht_pair, lambda d: base.fit(ldp_sparse.ldp_iht(1, 1), 0, d, jnp.zeros(2),
                                                 _IHT_HP)),
+    # explicit smoothing level s: a score is at most PHI_MAX s = 0.94e38, four overflow
+    "ldp-gem": (_gmm_pair, lambda d: ldp_gem.fit_ldp_gem(0, d, _GMM, s_rule="explicit", s=T,
+                                                         **_GEM)),
+    # already refused before this check existed (central sums of n scores), kept for coverage
+    "dp-gem": (_gmm_pair, lambda d: dp_gem.fit_dp_gem(0, d, _GMM, s_rule="explicit", s=T,
+                                                      **_GEM)),
+    "dp-gem-split": (_gmm_pair, lambda d: dp_gem.fit_dp_gem(
+        0, d, _GMM, s_rule="explicit", s=T, sample_split=True, **_GEM)),
+    "dp-exact-em": (_gmm_pair, lambda d: dp_gem.fit_dp_exact_em(
+        0, d, _GMM, s_rule="explicit", s=T, **{k: v for k, v in _GEM.items() if k != "eta"})),
+    "clipped-gem": (_gmm_pair, lambda d: dp_gem.fit_clipped_gem(
+        0, d, _GMM, clip=T, **{k: v for k, v in _GEM.items() if k not in ("tau", "eta")})),
 }
 
-MATCH = {"nldp": "lower tau1", "ldp-iht": "lower tau1"}
+MATCH = {"nldp": "lower tau1", "ldp-iht": "lower tau1", "ldp-gem": "lower s",
+         "dp-gem": "lower s", "dp-gem-split": "lower s", "dp-exact-em": "lower s",
+         "clipped-gem": "lower clip"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
