@@ -354,11 +354,12 @@ def check_noise_inputs(name: str, value: Any, sensitivity: Any, total_bound: Any
     the release is calibrated from, ``total_bound`` the largest magnitude the privatised
     statistic can reach (e.g. ``n`` times the per-record bound of a sum). In ``dtype`` (where
     the kernels compute), a sensitivity that is zero, subnormal (XLA on CPU flushes it, and
-    the noise scale with it, to zero) or not finite means no noise or no bound, and a total
-    beyond the dtype's maximum makes the statistic overflow. ``name`` and ``value`` are the
-    hyperparameter the user set, named in the message. ``scale``, if given, is the noise
-    scale the release will draw (from the same public values): it must be a normal number of
-    ``dtype``, the dtype the noise is drawn in, or the draw flushes it to zero.
+    the noise scale with it, to zero) or NaN means no noise, and a sensitivity or a total
+    beyond the dtype's maximum makes the statistic overflow (the message says which way to
+    move ``name``). ``name`` and ``value`` are the hyperparameter the user set, named in the
+    message. ``scale``, if given, is the noise scale the release will draw (from the same
+    public values): it must be a normal number of ``dtype``, the dtype the noise is drawn in,
+    or the draw flushes it to zero.
 
     Every refusal here depends on public values only, so whether a fit is refused never
     depends on the data (a refusal that did would itself leak).
@@ -369,6 +370,11 @@ def check_noise_inputs(name: str, value: Any, sensitivity: Any, total_bound: Any
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         sens = np.asarray(sensitivity, np.float64)
         total = np.asarray(total_bound, np.float64)
+    if not (sens <= float(fi.max)).all() and not np.isnan(sens).any():
+        raise ValueError(
+            f"{name} = {_show(np.asarray(value, np.float64))} gives a sensitivity of "
+            f"{_show(sens)}, beyond the largest {np.dtype(dtype).name} ({float(fi.max):g}): "
+            f"the statistic would overflow; lower {name}")
     if not (np.isfinite(sens).all() and (sens >= fi.tiny).all()):
         raise ValueError(
             f"{name} = {_show(np.asarray(value, np.float64))} gives a sensitivity of "

@@ -58,7 +58,8 @@ def _robust_fields(eps: float, tau: Any, zeta: Any, s_rule: str, s: Any, n: int,
                    local: bool = False) -> list[np.ndarray]:
     """``(tau, zeta, s)`` of Algorithms 2 and 3, validated (``s`` NaN unless explicit). An
     explicit ``s`` whose score range ``2 PHI_MAX s`` (divided by ``n`` for a central mean) is
-    zero or subnormal in float32, or whose sum of ``n`` scores overflows, is refused."""
+    zero or subnormal in float32, or whose sum of ``n`` scores overflows, is refused (``local``:
+    ``n`` is the largest number of users whose reports the server adds up)."""
     if s_rule not in S_RULES:
         raise ValueError(f"s_rule must be one of {S_RULES}; got {s_rule!r}")
     _validate.check_positive(tau, "tau")
@@ -72,7 +73,7 @@ def _robust_fields(eps: float, tau: Any, zeta: Any, s_rule: str, s: Any, n: int,
         if math.isfinite(eps):
             bound = PHI_MAX * s_val  # one score's bound: psi_bound(s)
             _validate.check_noise_inputs("s", s_val, 2 * bound / (1 if local else n),
-                                         bound if local else n * bound)
+                                         n * bound)
     else:
         if s is not None:
             raise ValueError("s is only read with s_rule='explicit'")

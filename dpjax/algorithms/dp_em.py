@@ -207,10 +207,34 @@ def _build(
     ledger_fn = functools.partial(
         _ledger, name, model, privatiser, num_iterations, s_hat, batching, calibration
     )
+    check = functools.partial(_check, model, num_iterations) \
+        if privatiser in ("noisy-ht", "gaussian") else None
     return Estimator(
         name, _init, _make_step(model, privatiser, s_hat, calibration), num_iterations,
-        batching, ledger_fn
+        batching, ledger_fn, check
     )
+
+
+def _check(model: EMModel, num_iterations: int, n: int, hp: DPEMHyperparams, dtype) -> None:
+    """Refuse a truncation level on public values only, before anything runs (a refusal never
+    depends on the data). The model's truncated statistic on one all-zero record at
+    ``beta = 0``, in ``dtype``, gives the width ``w`` of a record's term at level ``T`` (its
+    sensitivity at ``n0 = 1``: ``2T`` for the GMM, ``4T^2`` for MoR, ``6T^2`` for RMC); the
+    update's sensitivity ``eta w / n0`` must be a normal number of ``dtype`` and the batch sum
+    of ``n0`` terms (at most ``n0 w / 2`` each way) must not overflow it."""
+    eps = float(np.asarray(hp.epsilon))
+    if not math.isfinite(eps):
+        return
+    t_level = float(np.asarray(hp.truncation))
+    n0 = batch_size(n, num_iterations)
+    with jax.ensure_compile_time_eval():
+        one = model.truncated_gradient(jnp.zeros((1,), dtype), model.dummy_batch(1, 1),
+                                       jnp.asarray(t_level, dtype))
+        width = float(np.asarray(one.sensitivity, np.float64))
+    with np.errstate(over="ignore", invalid="ignore"):
+        _validate.check_noise_inputs("truncation", t_level,
+                                     float(np.asarray(hp.eta)) * width / max(n0, 1),
+                                     max(n0, 1) * width / 2.0, dtype)
 
 
 def hd_dp_em(model: EMModel, s_hat: int, num_iterations: int,

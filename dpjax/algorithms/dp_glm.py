@@ -331,6 +331,7 @@ def _build_noisy_gd(model: GLM, T: int, calibration: Calibration, b: float) -> E
     return Estimator(
         name, _init, _make_noisy_gd_step(model, T, calibration, b / 2.0), T, "full",
         functools.partial(_ledger_alg1, name, model, T, calibration, b),
+        functools.partial(_check, model, b, 1),
     )
 
 
@@ -370,7 +371,25 @@ def _build_noisy_iht(model: GLM, s: int, T: int, b: float, split: bool,
         name, functools.partial(_sparse_init, s),
         _make_noisy_iht_step(model, T, s, b / 2.0, split, calibration), T, "full",
         functools.partial(_ledger_alg5, name, model, T, s, b, split, calibration),
+        functools.partial(_check, model, b, 1),
     )
+
+
+def _check(model: GLM, b: float, d: int, n: int, hp: GLMHyperparams, dtype) -> None:
+    """Refuse a level on public values only, before anything runs (a refusal never depends on
+    the data): a record's gradient term is at most ``(R + c1) sigma_x sqrt(d)`` per coordinate
+    (``d`` = 1: the l-infinity design box; the fit wrappers pass ``d`` for the l2 ball), so
+    the sum of ``n`` of them must not overflow ``dtype`` and the declared sensitivity
+    ``eta b (R + c1) sigma_x / n`` must be a normal number of it. ``R`` (``truncation``) is
+    the hyperparameter named."""
+    if not math.isfinite(float(np.asarray(hp.epsilon))):
+        return
+    r_level = float(np.asarray(hp.truncation))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        term = float(model.residual_bound(r_level)) * float(model.sigma_x)
+        _validate.check_noise_inputs(
+            "truncation", r_level, float(np.asarray(hp.eta)) * b * term / n,
+            n * term * math.sqrt(d), dtype)
 
 
 def gd(model: GLM, num_iterations: int) -> Estimator:
@@ -604,6 +623,9 @@ def fit_dp_glm(
         key, data, model, epsilon, num_iterations, delta=delta, eta=eta, truncation=truncation,
         beta0=beta0, b_constant=b_constant, on_invalid=on_invalid)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration=calibration)
+    # the l2 design ball lets a coordinate reach sigma_x sqrt(d): the estimator's own check
+    # (run by fit) cannot see d
+    _check(model, b, model.dim(data), n, hp, jnp.result_type(*jax.tree_util.tree_leaves(data)))
     return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n, secure=secure)
 
 

@@ -274,11 +274,12 @@ def fit_ldp_gem(
     """
     key, data, n, num_iterations, eps, dl, beta0 = _checked(
         key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0)
-    ldp_user_groups(n, num_iterations)  # raises if n < T
+    groups = ldp_user_groups(n, num_iterations)  # raises if n < T
     if s_rule not in LDP_S_RULES:
         raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
+    # public values only: the largest group's sum of reports must not overflow
     fields = _robust_fields(eps, tau, zeta, "explicit" if s_rule == "explicit" else
-                            "sigma_consistent", s, n, local=True)
+                            "sigma_consistent", s, max(groups), local=True)
     est = ldp_gem(model, num_iterations, s_rule)
     return fit(est, key, data, beta0, LDPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n,
                secure=secure)

@@ -61,7 +61,7 @@ from dpjax.accounting import (
     compose_parallel,
 )
 from dpjax.algorithms._boundary import checked_inputs
-from dpjax.base import Estimator, FitResult, fit
+from dpjax.base import Estimator, FitResult, batch_size, fit
 from dpjax.local_randomizers import (
     l2_ball_mechanism,
     ldp_iht_radius,
@@ -69,6 +69,7 @@ from dpjax.local_randomizers import (
     local_gaussian_mean,
     local_gaussian_sigma,
     outer_product_range,
+    randomizer_scale,
     symmetric_gaussian_sigma,
 )
 from dpjax.mechanisms import (
@@ -407,7 +408,24 @@ def nldp(num_chunks: int = 1, *, per_user: bool = False,
                 NLDPInfo(indefinite, min_eig, (rel_cov.event, rel_xy.event)))
 
     return Estimator(name, init, step, num_steps=num_chunks, batching="disjoint",
-                     ledger=_nldp_ledger(name, cov))
+                     ledger=_nldp_ledger(name, cov),
+                     check=functools.partial(_nldp_check, num_chunks, cov))
+
+
+def _nldp_check(num_chunks: int, cov: str, n: int, hp: NLDPHyperparams, dtype) -> None:
+    """Refuse the clipping levels on public values only, before anything runs (a refusal never
+    depends on the data): each user's ``x~ x~^T`` is at most ``r^2`` per entry and
+    ``x_bar y_bar`` at most ``tau1 tau2``, so a chunk's sums of ``n // num_chunks`` users must
+    not overflow ``dtype`` and the ranges the noise is calibrated from (at ``d = 1`` for the
+    cross term) must be normal numbers of it."""
+    if not math.isfinite(float(np.asarray(hp.epsilon))):
+        return
+    m0 = max(batch_size(n, num_chunks), 1)
+    r, t1, t2 = (float(np.asarray(v)) for v in (hp.r, hp.tau1, hp.tau2))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        _validate.check_noise_inputs("r", r, float(cov_range(r, cov)), m0 * r * r, dtype)
+        name, value = ("tau1", t1) if t1 >= t2 else ("tau2", t2)
+        _validate.check_noise_inputs(name, value, cross_range(1, t1, t2), m0 * t1 * t2, dtype)
 
 
 class IndefiniteCovarianceError(FloatingPointError):
@@ -802,7 +820,30 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
         return _iht_next_state(state, beta, g_sum, chunks), info
 
     return Estimator(name, init, step, num_steps=num_steps * chunks, batching=batching,
-                     ledger=_iht_ledger(name, variant))
+                     ledger=_iht_ledger(name, variant),
+                     check=functools.partial(_iht_check, num_steps, chunks, k_prime, theta_norm,
+                                             variant, batching))
+
+
+def _iht_check(num_steps: int, chunks: int, k_prime: int, theta_norm: float, variant: str,
+               batching: str, n: int, hp: IHTHyperparams, dtype) -> None:
+    """Refuse the shrinkage levels on public values only, before anything runs (a refusal
+    never depends on the data): every report has norm ``B`` (:func:`randomizer_scale` of the
+    radius, taken at ``d = 1``, the smallest), so a round's sum of reports (at most
+    ``n // T + n mod T`` users with groups, ``C (n // (T C))`` with batches) must not overflow
+    ``dtype``, and the radius and ``B`` must be normal numbers of it."""
+    eps = float(np.asarray(hp.epsilon))
+    if not math.isfinite(eps):
+        return
+    t1, t2 = (float(np.asarray(v)) for v in (hp.tau1, hp.tau2))
+    users = (n // num_steps + n % num_steps if batching == "full"
+             else chunks * batch_size(n, num_steps * chunks))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        radius = float(ldp_iht_radius(1, k_prime, t1, t2, theta_norm=theta_norm,
+                                      variant=variant))
+        b = float(randomizer_scale(radius, eps, 1))
+        name, value = ("tau1", t1) if theta_norm * t1 >= t2 else ("tau2", t2)
+        _validate.check_noise_inputs(name, value, radius, max(users, 1) * b, dtype, scale=b)
 
 
 # --------------------------------------------------------------------------------------------
