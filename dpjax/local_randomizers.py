@@ -245,7 +245,8 @@ def local_gaussian_sigma(
 
 
 def symmetric_gaussian_sigma(
-    range_fro: Any, epsilon: Any, delta: Any, log_constant: float = 1.25
+    range_fro: Any, epsilon: Any, delta: Any, log_constant: float = 1.25,
+    calibration: str = "classic-or-analytic",
 ) -> Any:
     r"""Per-upper-triangle-entry noise std of :func:`local_gaussian_symmetric`.
 
@@ -264,10 +265,12 @@ def symmetric_gaussian_sigma(
         epsilon: in ``(0, inf]``.
         delta: in ``(0, 1)``.
         log_constant: ``c``.
+        calibration: one of :data:`~dpjax.mechanisms.GAUSSIAN_CALIBRATIONS`, as
+            :func:`local_gaussian_sigma`.
     """
     _check_range(range_fro, epsilon, "range_fro")
     # Delta_u <= Delta_F, tight: calibrate the upper-triangle Gaussian mechanism at Delta_F.
-    return local_gaussian_sigma(range_fro, epsilon, delta, log_constant)
+    return local_gaussian_sigma(range_fro, epsilon, delta, log_constant, calibration)
 
 
 def aggregate_sigma(sigma: Any, n: int) -> Any:
@@ -335,13 +338,13 @@ def _mirror_upper(m: jax.Array) -> jax.Array:
 
 
 def _local_event(stat: BoundedStatistic, sigma: Any, delta: Any, log_constant: float,
-                 dtype: Any) -> PrivacyEvent:
+                 dtype: Any, calibration: str = "classic-or-analytic") -> PrivacyEvent:
     """The privacy event of one user's (epsilon, delta) Gaussian report: built from the sigma
     that drew the noise and the statistic's own range (relation ``"local"``), with the dtype
     the noise is drawn in; the ledger reads it off the exact Gaussian curve."""
     return _event("gaussian", BoundedStatistic(jnp.zeros(()), stat.sensitivity, "l2",
                                                "local", stat.true_sensitivity),
-                  sigma, delta, log_constant=log_constant, calibration="classic-or-analytic",
+                  sigma, delta, log_constant=log_constant, calibration=calibration,
                   dtype=dtype)
 
 
@@ -351,6 +354,7 @@ def local_gaussian(
     epsilon: Any,
     delta: Any,
     log_constant: float = 1.25,
+    calibration: str = "classic-or-analytic",
 ) -> GaussianRelease:
     r"""One user's Gaussian report ``s(x) + N(0, sigma^2 I)`` under (epsilon, delta)-LDP.
 
@@ -371,6 +375,10 @@ def local_gaussian(
         epsilon: in ``(0, inf]``.
         delta: in ``(0, 1)``.
         log_constant: ``c`` of the classic calibration.
+        calibration: one of :data:`~dpjax.mechanisms.GAUSSIAN_CALIBRATIONS` (default
+            ``"classic-or-analytic"``: classic for ``epsilon <= 1``, analytic above;
+            ``"analytic"``: the exact Gaussian curve, which delivers the request at every
+            epsilon; ``"classic"``: the printed formula at every epsilon).
 
     Returns:
         :class:`GaussianRelease` ``(value + noise, sigma)``.
@@ -379,7 +387,7 @@ def local_gaussian(
     _check_gaussian_budget(epsilon, delta)
     _check_range(stat.sensitivity, epsilon, "range_l2")
     # the shared classic Gaussian mechanism (its noise and event); relation "local"
-    noisy, event = gaussian_mechanism(key, stat, epsilon, delta, log_constant)
+    noisy, event = gaussian_mechanism(key, stat, epsilon, delta, log_constant, calibration)
     return GaussianRelease(noisy, event.scale.astype(noisy.dtype), event)
 
 
@@ -389,6 +397,7 @@ def local_gaussian_symmetric(
     epsilon: Any,
     delta: Any,
     log_constant: float = 1.25,
+    calibration: str = "classic-or-analytic",
 ) -> GaussianRelease:
     r"""One user's symmetric-matrix report ``M(x) + N``, ``N`` symmetric Gaussian.
 
@@ -399,8 +408,9 @@ def local_gaussian_symmetric(
     Only the upper triangle of ``stat.value`` is read (and mirrored), so the release depends on
     ``M(x)`` only through the released coordinates even if ``value`` is not exactly symmetric.
 
-    Privacy: (epsilon, delta)-LDP for ``epsilon <= 1``, local relation (one user's record
-    replaced), if ``Delta_F >= sup ||M(x) - M(x')||_F``. ``epsilon = inf``: no noise. Inside
+    Privacy: (epsilon, delta)-LDP at every epsilon (``calibration="classic"``: for
+    ``epsilon <= 1``), local relation (one user's record replaced), if
+    ``Delta_F >= sup ||M(x) - M(x')||_F``. ``epsilon = inf``: no noise. Inside
     :func:`~dpjax.mechanisms.secure_noise` the upper triangle is released through
     :func:`~dpjax.mechanisms.gaussian_mechanism` (rounded to a grid, exact discrete Gaussian
     noise) and mirrored; the event is then the discrete one.
@@ -413,6 +423,10 @@ def local_gaussian_symmetric(
         epsilon: in ``(0, inf]``.
         delta: in ``(0, 1)``.
         log_constant: ``c`` of the classic calibration.
+        calibration: one of :data:`~dpjax.mechanisms.GAUSSIAN_CALIBRATIONS` (default
+            ``"classic-or-analytic"``: classic for ``epsilon <= 1``, analytic above;
+            ``"analytic"``: the exact Gaussian curve, which delivers the request at every
+            epsilon; ``"classic"``: the printed formula at every epsilon).
 
     Returns:
         :class:`GaussianRelease` ``(M + N, sigma)``, ``sigma`` per upper-triangle entry.
@@ -421,18 +435,19 @@ def local_gaussian_symmetric(
     value = jnp.asarray(stat.value)
     if value.ndim != 2 or value.shape[0] != value.shape[1]:
         raise ValueError(f"local_gaussian_symmetric needs a (d, d) matrix; got {value.shape}")
-    sigma = jnp.asarray(symmetric_gaussian_sigma(stat.sensitivity, epsilon, delta, log_constant),
-                        value.dtype)
+    sigma = jnp.asarray(symmetric_gaussian_sigma(stat.sensitivity, epsilon, delta, log_constant,
+                                                 calibration), value.dtype)
     if _mechanisms.secure_active():  # exact: the upper triangle through the Gaussian mechanism
         iu = jnp.triu_indices(value.shape[0])
         upper = BoundedStatistic(value[iu], stat.sensitivity, "l2", "local",
                                  stat.true_sensitivity)
-        noisy, event = gaussian_mechanism(key, upper, epsilon, delta, log_constant)
+        noisy, event = gaussian_mechanism(key, upper, epsilon, delta, log_constant, calibration)
         released = jnp.zeros_like(value).at[iu].set(noisy.astype(value.dtype))
         return GaussianRelease(_mirror_upper(released), sigma, event)
     noise = symmetric_gaussian_noise(key, value.shape[0], sigma, value.dtype)
     return GaussianRelease(_mirror_upper(value) + noise, sigma,
-                           _local_event(stat, sigma, delta, log_constant, value.dtype))
+                           _local_event(stat, sigma, delta, log_constant, value.dtype,
+                                        calibration))
 
 
 def local_gaussian_mean(
@@ -444,6 +459,7 @@ def local_gaussian_mean(
     symmetric: bool = False,
     per_user: bool = False,
     log_constant: float = 1.25,
+    calibration: str = "classic-or-analytic",
 ) -> GaussianMeanRelease:
     r"""The server's average of ``n`` users' Gaussian reports, by either of two equal-law paths.
 
@@ -461,8 +477,9 @@ def local_gaussian_mean(
     * ``per_user=False``: the aggregate shortcut, one draw at
       ``aggregate_sigma(sigma, n)``; memory ``O(size)``. Same law, different numbers.
 
-    Privacy: each user's report is (epsilon, delta)-LDP (local relation, ``epsilon <= 1``);
-    the average is post-processing. The divisor ``n`` is the public shape.
+    Privacy: each user's report is (epsilon, delta)-LDP (local relation; at every epsilon,
+    ``calibration="classic"``: for ``epsilon <= 1``); the average is post-processing. The
+    divisor ``n`` is the public shape.
 
     Args:
         key: PRNG key for all users.
@@ -477,6 +494,10 @@ def local_gaussian_mean(
             exact discrete noise on a grid, whatever ``per_user`` says: the aggregate shortcut
             has no exact counterpart (a sum of discrete Gaussians is not one).
         log_constant: ``c`` of the classic calibration.
+        calibration: one of :data:`~dpjax.mechanisms.GAUSSIAN_CALIBRATIONS` (default
+            ``"classic-or-analytic"``: classic for ``epsilon <= 1``, analytic above;
+            ``"analytic"``: the exact Gaussian curve, which delivers the request at every
+            epsilon; ``"classic"``: the printed formula at every epsilon).
 
     Returns:
         :class:`GaussianMeanRelease` ``(average, sigma, sigma / sqrt(n))`` (``sigma``: the
@@ -491,21 +512,24 @@ def local_gaussian_mean(
         raise ValueError(f"symmetric=True needs (n, d, d) rows; got {values.shape}")
     n = values.shape[0]
     calibrate = symmetric_gaussian_sigma if symmetric else local_gaussian_sigma
-    sigma = jnp.asarray(calibrate(stat.sensitivity, epsilon, delta, log_constant), values.dtype)
+    sigma = jnp.asarray(calibrate(stat.sensitivity, epsilon, delta, log_constant, calibration),
+                        values.dtype)
     sigma_mean = jnp.asarray(aggregate_sigma(sigma, n), values.dtype)
     if _mechanisms.secure_active():
-        value, event = _secure_gaussian_mean(key, stat, epsilon, delta, symmetric, log_constant)
+        value, event = _secure_gaussian_mean(key, stat, epsilon, delta, symmetric, log_constant,
+                                             calibration)
         return GaussianMeanRelease(value, sigma, sigma_mean, event)
     if per_user:
         release = local_gaussian_symmetric if symmetric else local_gaussian
 
         def one(k: jax.Array, v: jax.Array) -> jax.Array:
             rec = BoundedStatistic(v, stat.sensitivity, "l2", "local")
-            return release(k, rec, epsilon, delta, log_constant).value
+            return release(k, rec, epsilon, delta, log_constant, calibration).value
 
         reports = jax.vmap(one)(jax.random.split(key, n), values)
         return GaussianMeanRelease(jnp.mean(reports, axis=0), sigma, sigma_mean,
-                                   _local_event(stat, sigma, delta, log_constant, values.dtype))
+                                   _local_event(stat, sigma, delta, log_constant, values.dtype,
+                                                calibration))
     if symmetric:
         mean = _mirror_upper(jnp.mean(values, axis=0))
         noise = symmetric_gaussian_noise(key, values.shape[1], sigma_mean, values.dtype)
@@ -513,11 +537,13 @@ def local_gaussian_mean(
         mean = jnp.mean(values, axis=0)
         noise = _mechanisms.gaussian_noise(key, mean.shape, sigma_mean, values.dtype)
     return GaussianMeanRelease(mean + noise, sigma, sigma_mean,
-                               _local_event(stat, sigma, delta, log_constant, values.dtype))
+                               _local_event(stat, sigma, delta, log_constant, values.dtype,
+                                            calibration))
 
 
 def _secure_gaussian_mean(key: jax.Array, stat: BoundedStatistic, epsilon: Any, delta: Any,
-                          symmetric: bool, log_constant: float) -> tuple[jax.Array, PrivacyEvent]:
+                          symmetric: bool, log_constant: float,
+                          calibration: str) -> tuple[jax.Array, PrivacyEvent]:
     """The secure path of :func:`local_gaussian_mean`: user ``i`` releases its coordinates
     (the upper triangle, diagonal included, when ``symmetric``: the coordinates the mirrored
     noise is calibrated on, range at most ``Delta_F``) through
@@ -535,7 +561,7 @@ def _secure_gaussian_mean(key: jax.Array, stat: BoundedStatistic, epsilon: Any, 
         rows = values.reshape(n, -1)
     reports, event = _mechanisms.local_mechanism(
         key, BoundedStatistic(rows, stat.sensitivity, "l2", "local", stat.true_sensitivity),
-        gaussian_mechanism, epsilon, delta, log_constant)
+        gaussian_mechanism, epsilon, delta, log_constant, calibration)
     mean = jnp.mean(reports, axis=0)
     if symmetric:
         mean = _mirror_upper(jnp.zeros((d, d), mean.dtype).at[iu].set(mean))
@@ -791,6 +817,7 @@ def local_gaussian_aggregate(
     *,
     symmetric: bool = False,
     log_constant: float = 1.25,
+    calibration: str = "classic-or-analytic",
 ) -> GaussianMeanRelease:
     r"""The aggregate shortcut of :func:`local_gaussian_mean` from the users' average itself.
 
@@ -808,6 +835,10 @@ def local_gaussian_aggregate(
         epsilon, delta: each user's budget.
         symmetric: the average is a symmetric ``(d, d)`` matrix with mirrored noise.
         log_constant: ``c`` of the classic calibration.
+        calibration: one of :data:`~dpjax.mechanisms.GAUSSIAN_CALIBRATIONS` (default
+            ``"classic-or-analytic"``: classic for ``epsilon <= 1``, analytic above;
+            ``"analytic"``: the exact Gaussian curve, which delivers the request at every
+            epsilon; ``"classic"``: the printed formula at every epsilon).
 
     Returns:
         :class:`GaussianMeanRelease`; its event is one user's release.
@@ -820,7 +851,8 @@ def local_gaussian_aggregate(
     _require_local_l2(mean, "local_gaussian_aggregate")
     value = jnp.asarray(mean.value)
     calibrate = symmetric_gaussian_sigma if symmetric else local_gaussian_sigma
-    sigma = jnp.asarray(calibrate(mean.sensitivity, epsilon, delta, log_constant), value.dtype)
+    sigma = jnp.asarray(calibrate(mean.sensitivity, epsilon, delta, log_constant, calibration),
+                        value.dtype)
     sigma_mean = jnp.asarray(aggregate_sigma(sigma, n), value.dtype)
     if symmetric:
         if value.ndim != 2 or value.shape[0] != value.shape[1]:
@@ -830,4 +862,5 @@ def local_gaussian_aggregate(
     else:
         noisy = value + _mechanisms.gaussian_noise(key, value.shape, sigma_mean, value.dtype)
     return GaussianMeanRelease(noisy, sigma, sigma_mean,
-                               _local_event(mean, sigma, delta, log_constant, value.dtype))
+                               _local_event(mean, sigma, delta, log_constant, value.dtype,
+                                            calibration))

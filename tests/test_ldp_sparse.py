@@ -22,6 +22,7 @@ from dpjax.models import sparse_lr as M
 from tests.helpers import FAIL_P, PASS_P, assert_scale_with_power, compile_count, same_key
 
 INF = math.inf
+CLASSIC = "classic-or-analytic"  # the paper's Gaussian calibration, by name
 
 
 def _hp(eps, delta=1e-3, r=3.0, tau1=2.0, tau2=2.0, lam=0.0):
@@ -162,18 +163,23 @@ def test_iht_user_gradients_never_exceed_the_rectified_radius(key):
 
 
 def test_nldp_entry_variances_equal_the_spec_formulas():
+    """The paper's calibration, by name, has the spec's variances; the default (analytic)
+    calibration adds less noise at these budgets (the classic formula over-noises there)."""
     for d, r, t1, t2, eps, delta in ((5, 3.0, 2.0, 1.5, 0.8, 1e-5), (20, 7.0, 3.0, 3.0, 0.3, 1e-3)):
-        s1, s2 = L.nldp_noise_stds(d, r, t1, t2, eps, delta)
+        s1, s2 = L.nldp_noise_stds(d, r, t1, t2, eps, delta, calibration=CLASSIC)
+        a1, a2 = L.nldp_noise_stds(d, r, t1, t2, eps, delta)
+        assert a1 < s1 and a2 < s2
         assert s1**2 == pytest.approx(32 * r**4 * math.log(2.5 / delta) / eps**2, rel=1e-6)
         assert s2**2 == pytest.approx(32 * d * t1**2 * t2**2 * math.log(2.5 / delta) / eps**2,
                                       rel=1e-6)
-        s1_exact, _ = L.nldp_noise_stds(d, r, t1, t2, eps, delta, cov="exact")
+        s1_exact, _ = L.nldp_noise_stds(d, r, t1, t2, eps, delta, cov="exact",
+                                        calibration=CLASSIC)
         assert s1_exact == pytest.approx(s1 / math.sqrt(2), rel=1e-6)
 
 
 def _noise_draws(key, per_user, n=30, d=3, reps=1500, eps=0.8, delta=1e-3):
     x, y, _ = _data(jax.random.fold_in(key, 0), n, d)
-    est = L.nldp(1, per_user=per_user)
+    est = L.nldp(1, per_user=per_user, calibration=CLASSIC)  # the spec's formulas, by name
     hp = _hp(eps, delta)
 
     def one(k, h):
@@ -446,7 +452,7 @@ def test_nldp_ledger_is_each_users_guarantee_whatever_the_chunks(key):
         # two releases at (eps/2, delta/2), each read off the exact Gaussian curve of its sigma
         per = [r.epsilons[0] for r in led.releases[:2]]
         assert led.approx_dp.epsilon == pytest.approx(sum(per), rel=1e-6)
-        assert led.approx_dp.epsilon <= 0.5
+        assert 0.99 * 0.5 <= led.approx_dp.epsilon <= 0.5  # the default spends the request
         assert led.approx_dp.delta == pytest.approx(1e-3, rel=1e-5)
         assert led.relation == "local" and sum(r.count for r in led.releases) == 2 * chunks
 

@@ -305,6 +305,39 @@ def test_aggregate_shortcut_for_symmetric_matrices(key):
     _assert_same_law(exact[:, iu[0], iu[1]], short[:, iu[0], iu[1]], sigma_mean)
 
 
+@pytest.mark.parametrize("calibration", ["analytic", "classic"])
+def test_every_gaussian_release_takes_the_calibration_it_is_given(key, calibration):
+    """The calibration reaches the noise and the event of every Gaussian release: single user,
+    symmetric, the per-user and aggregate means; the analytic one spends the request at a
+    budget where the default (classic there) over-noises."""
+    eps, delta, rng, n, d = 0.5, 1e-5, 2.0, 6, 3
+    sigma = LR.local_gaussian_sigma(rng, eps, delta, calibration=calibration)
+    if calibration == "analytic":  # less noise than the default's classic formula here
+        assert sigma < 0.9 * LR.local_gaussian_sigma(rng, eps, delta)
+    x = jax.random.normal(jax.random.fold_in(key, 0), (n, d))
+    outer = x[:, :, None] * x[:, None, :]
+    k = jax.random.split(jax.random.fold_in(key, 1), 5)
+    releases = [
+        LR.local_gaussian(k[0], _local(x[0], rng), eps, delta, calibration=calibration),
+        LR.local_gaussian_symmetric(k[1], _local(outer[0], rng), eps, delta,
+                                    calibration=calibration),
+        LR.local_gaussian_mean(k[2], _local(x, rng), eps, delta, per_user=True,
+                               calibration=calibration),
+        LR.local_gaussian_mean(k[3], _local(outer, rng), eps, delta, symmetric=True,
+                               calibration=calibration),
+        LR.local_gaussian_aggregate(k[4], _local(x.mean(0), rng), n, eps, delta,
+                                    calibration=calibration),
+    ]
+    for rel in releases:
+        np.testing.assert_allclose(np.asarray(rel.sigma), sigma, rtol=1e-6)
+        assert rel.event.calibration == calibration
+        (got,) = accounting.Release.from_event(rel.event, "x", "one user").budgets()
+        if calibration == "analytic":
+            assert got.epsilon == pytest.approx(eps, rel=1e-3)  # float32 sigma: +-1e-7
+        else:
+            assert got.epsilon < 0.75 * eps  # the classic formula over-noises here
+
+
 def test_local_gaussian_mean_epsilon_inf_and_no_recompile(key):
     values = jnp.arange(12.0).reshape(4, 3)
     stat = _local(values, 1.0)

@@ -293,7 +293,8 @@ def test_secure_nldp_reports_have_the_discrete_gaussian_spread():
     for noise, rng_, size in parts:
         units = noise.astype(np.float64) / grid * m  # sums of integer reports (float32 mean)
         np.testing.assert_allclose(units, np.round(units), atol=0.05)
-        sigma = float(M.gaussian_sigma(rng_, 1.0, 5e-4))  # (eps/2, delta/2), value units
+        # (eps/2, delta/2), value units, in the estimator's default (analytic) calibration
+        sigma = float(M.gaussian_sigma(rng_, 1.0, 5e-4, "analytic"))
         delta_z = math.sqrt(dn.integer_sensitivity_l2_sq(rng_, grid, size))
         sigma_z = kappa * delta_z * sigma / rng_  # grid units
         z.append(noise / (grid * sigma_z / math.sqrt(m)))

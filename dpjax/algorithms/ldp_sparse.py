@@ -13,18 +13,22 @@ Estimators (:class:`dpjax.base.Estimator`, registered in :mod:`dpjax.registry`):
 * :func:`nldp` -- **Algorithm 1**, (eps, delta)-NLDP (spec §2.1). User ``i`` releases
   ``x~_i x~_i^T + N_1i`` (``x~ = clip_l2(x, r)``, ``N_1`` symmetric Gaussian) and
   ``x_bar_i y_bar_i + N_2i`` (coordinate shrinkage at ``tau1``, ``tau2``), each at budget
-  ``(eps/2, delta/2)``; the server outputs ``S_lambda(Sigma_hat^{-1} Sigma_hat_xy)``. Per-user
-  entry variances (paper calibration, ``cov_range="paper"``): ``32 r^4 log(2.5/delta)/eps^2`` and
-  ``32 d tau1^2 tau2^2 log(2.5/delta)/eps^2``. Two equal-law simulation paths: exact per-user
-  noise (``per_user=True``) or one aggregate draw (default). Users may be streamed in
+  ``(eps/2, delta/2)``; the server outputs ``S_lambda(Sigma_hat^{-1} Sigma_hat_xy)``. The
+  noise is calibrated on the exact Gaussian curve by default (``calibration="analytic"``: the
+  request delivered at every epsilon); the paper's per-user entry variances
+  (``calibration="classic-or-analytic"``, ``cov_range="paper"``, ``eps/2 <= 1``):
+  ``32 r^4 log(2.5/delta)/eps^2`` and ``32 d tau1^2 tau2^2 log(2.5/delta)/eps^2``. Two
+  equal-law simulation paths: exact per-user noise (``per_user=True``) or one aggregate draw
+  (default). Users may be streamed in
   ``num_chunks`` disjoint chunks (running means; memory ``O(chunk)``, exact law). An
   indefinite noisy covariance is detected (``min_eig <= 0``): the estimate is then 0 and the
   ``indefinite`` flag is set (:func:`fit_nldp` raises :class:`IndefiniteCovarianceError`).
   Heavy-tailed responses (spec §2.2) are Algorithm 1 with :func:`heavy_tailed_hparams`.
 * :func:`nldp_public` -- **Algorithm 3** (spec §2.3): only the cross term is released; the
   server inverts the (unclipped) public covariance. The illegible noise variance is a choice:
-  ``release="full"`` (default, one release at (eps, delta): ``8 d tau1^2 tau2^2
-  log(1.25/delta)/eps^2``) or ``"alg1-copy"`` (``(eps/2, delta/2)``, Algorithm 1's variance).
+  ``release="full"`` (default, one release at (eps, delta): with the paper's calibration
+  ``8 d tau1^2 tau2^2 log(1.25/delta)/eps^2``) or ``"alg1-copy"`` (``(eps/2, delta/2)``,
+  Algorithm 1's variance).
 * :func:`ldp_iht` -- **Algorithm 2** (``theta_norm=1``) and **Algorithm 4** (``theta_norm=2``,
   general covariance, spec §2.6), eps sequentially-interactive LDP (spec §2.5): ``T`` disjoint
   user groups (the remainder joins the last group; padded and masked), each user sends
@@ -73,6 +77,7 @@ from dpjax.local_randomizers import (
     symmetric_gaussian_sigma,
 )
 from dpjax.mechanisms import (
+    GAUSSIAN_CALIBRATIONS,
     BoundedStatistic,
     PrivacyEvent,
     clip_l2,
@@ -218,13 +223,18 @@ def cross_range(d: int, tau1: Any, tau2: Any) -> Any:
 
 
 def nldp_noise_stds(d: int, r: float, tau1: float, tau2: float, epsilon: float, delta: float,
-                    cov: Literal["paper", "exact"] = "paper") -> tuple[float, float]:
+                    cov: Literal["paper", "exact"] = "paper",
+                    calibration: str = "analytic") -> tuple[float, float]:
     """Each user's noise std ``(sigma_1, sigma_2)`` (covariance entry, cross-term entry) of
-    :func:`nldp`, at budget ``(eps/2, delta/2)`` per release: with the paper's range,
+    :func:`nldp`, at budget ``(eps/2, delta/2)`` per release. With the paper's range and the
+    classic calibration (``calibration="classic-or-analytic"``, ``eps/2 <= 1``),
     ``sigma_1^2 = 32 r^4 log(2.5/delta)/eps^2`` and ``sigma_2^2 = 32 d tau1^2 tau2^2
-    log(2.5/delta)/eps^2``. Public quantities only (for choosing lambda)."""
-    s1 = symmetric_gaussian_sigma(cov_range(r, cov), epsilon / 2, delta / 2)
-    s2 = local_gaussian_sigma(cross_range(d, tau1, tau2), epsilon / 2, delta / 2)
+    log(2.5/delta)/eps^2``; the default ``"analytic"`` is :func:`nldp`'s default (the exact
+    Gaussian curve, smaller at every epsilon). Public quantities only (for choosing lambda)."""
+    s1 = symmetric_gaussian_sigma(cov_range(r, cov), epsilon / 2, delta / 2,
+                                  calibration=calibration)
+    s2 = local_gaussian_sigma(cross_range(d, tau1, tau2), epsilon / 2, delta / 2,
+                              calibration=calibration)
     return float(s1), float(s2)
 
 
@@ -242,7 +252,8 @@ def _check_nldp_hparams(n: int, d: int, epsilon: float, delta: float) -> None:
 def nldp_hparams(n: int, d: int, epsilon: float, delta: float, *, sigma: float = 1.0,
                  c_r: float = 4.0, c_tau: float = math.sqrt(2.0), c_lam: float = 1.0,
                  lam_rule: Literal["theory", "noise"] = "theory",
-                 cov: Literal["paper", "exact"] = "paper") -> NLDPHyperparams:
+                 cov: Literal["paper", "exact"] = "paper",
+                 calibration: str = "analytic") -> NLDPHyperparams:
     r"""Theorem 3's parameters with explicit constants (spec §2.1 defaults).
 
     ``tau1 = tau2 = c_tau sigma sqrt(log n)``, ``r = c_r sigma sqrt(d log n)``, and
@@ -261,6 +272,8 @@ def nldp_hparams(n: int, d: int, epsilon: float, delta: float, *, sigma: float =
         c_r, c_tau, c_lam: the multipliers (``> 0``; ``c_lam >= 0``).
         lam_rule: see above.
         cov: the covariance range of :func:`cov_range` (for the ``"noise"`` rule).
+        calibration: the Gaussian calibration of :func:`nldp_noise_stds` (for the ``"noise"``
+            rule; pass the estimator's).
     """
     _check_nldp_hparams(n, d, epsilon, delta)
     for name, v in (("c_r", c_r), ("c_tau", c_tau), ("sigma", sigma)):
@@ -277,7 +290,7 @@ def nldp_hparams(n: int, d: int, epsilon: float, delta: float, *, sigma: float =
         lam = c_lam * d * log_n * math.sqrt(max(math.log(d), 1.0) * math.log(1 / delta)) / (
             math.sqrt(n) * epsilon)
     elif lam_rule == "noise":
-        s1, s2 = nldp_noise_stds(d, r, tau, tau, epsilon, delta, cov)
+        s1, s2 = nldp_noise_stds(d, r, tau, tau, epsilon, delta, cov, calibration)
         lam = c_lam * math.sqrt(2 * math.log(2 * d)) * math.hypot(s1, s2) / math.sqrt(n)
     else:
         raise ValueError(f"lam_rule must be 'theory' or 'noise'; got {lam_rule!r}")
@@ -305,7 +318,7 @@ def heavy_tailed_hparams(n: int, d: int, epsilon: float, delta: float, p: float,
     return base._replace(tau2=np.float32(tau2), lam=np.float32(lam))
 
 
-def _nldp_reports(key, x, y, hp, d, per_user, cov):
+def _nldp_reports(key, x, y, hp, d, per_user, cov, calibration):
     """One chunk of users' two averaged releases (values and events), per user or aggregate."""
     m = x.shape[0]
     per_user = per_user or secure_active()  # exact reports are every user's own
@@ -320,15 +333,17 @@ def _nldp_reports(key, x, y, hp, d, per_user, cov):
     if per_user:
         outer = BoundedStatistic(x_clip[:, :, None] * x_clip[:, None, :], range_cov, "l2", "local")
         rel_cov = local_gaussian_mean(key_cov, outer, eps_half, delta_half, symmetric=True,
-                                      per_user=True)
+                                      per_user=True, calibration=calibration)
         rel_xy = local_gaussian_mean(key_xy, BoundedStatistic(prods, range_xy, "l2", "local"),
-                                     eps_half, delta_half, per_user=True)
+                                     eps_half, delta_half, per_user=True,
+                                     calibration=calibration)
     else:
         mean_cov = BoundedStatistic(x_clip.T @ x_clip / m, range_cov, "l2", "local")
         rel_cov = local_gaussian_aggregate(key_cov, mean_cov, m, eps_half, delta_half,
-                                           symmetric=True)
+                                           symmetric=True, calibration=calibration)
         mean_xy = BoundedStatistic(jnp.mean(prods, axis=0), range_xy, "l2", "local")
-        rel_xy = local_gaussian_aggregate(key_xy, mean_xy, m, eps_half, delta_half)
+        rel_xy = local_gaussian_aggregate(key_xy, mean_xy, m, eps_half, delta_half,
+                                          calibration=calibration)
     return rel_cov, rel_xy
 
 
@@ -360,7 +375,8 @@ def _nldp_ledger(name: str, cov: str):
 
 @functools.cache
 def nldp(num_chunks: int = 1, *, per_user: bool = False,
-         cov: Literal["paper", "exact"] = "paper") -> Estimator:
+         cov: Literal["paper", "exact"] = "paper",
+         calibration: str = "analytic") -> Estimator:
     """Algorithm 1 (spec §2.1) as an :class:`~dpjax.base.Estimator`.
 
     Args:
@@ -373,17 +389,23 @@ def nldp(num_chunks: int = 1, *, per_user: bool = False,
             aggregate draw per chunk (same law).
         cov: covariance range, ``"paper"`` (``2 r^2``, default) or ``"exact"``
             (``sqrt(2) r^2``).
+        calibration: the Gaussian calibration of both releases, one of
+            :data:`~dpjax.mechanisms.GAUSSIAN_CALIBRATIONS`: ``"analytic"`` (default; the
+            exact Gaussian curve, so the ledger delivers the request at every epsilon) or the
+            paper's ``"classic-or-analytic"`` (classic where ``eps/2 <= 1``, delivering 0.35
+            to 0.66 of the request there) or ``"classic"`` (static).
 
     Hyperparameters: :class:`NLDPHyperparams`. Data: ``(x (n, d), y (n,))``.
 
-    Privacy: (eps, delta)-LDP per user (eps/2 ≤ 1 for the classic calibration), local
-    relation, non-interactive. ``epsilon = inf``: no noise (with ``r = tau = inf``: the
+    Privacy: (eps, delta)-LDP per user at every epsilon, local relation, non-interactive.
+    ``epsilon = inf``: no noise (with ``r = tau = inf``: the
     closed-form estimator :func:`closed_form`).
     """
     if not isinstance(num_chunks, int) or num_chunks < 1:
         raise ValueError(f"num_chunks must be an integer >= 1; got {num_chunks!r}")
     if cov not in ("paper", "exact"):
         raise ValueError(f"cov must be 'paper' or 'exact'; got {cov!r}")
+    _validate.check_choice(calibration, "calibration", GAUSSIAN_CALIBRATIONS)
     name = "ldp-nldp" + ("/per-user" if per_user else "") + ("/exact-range" if cov == "exact"
                                                                else "")
 
@@ -396,7 +418,7 @@ def nldp(num_chunks: int = 1, *, per_user: bool = False,
     def step(key, state, batch, hp):
         x, y = batch
         m, d = x.shape
-        rel_cov, rel_xy = _nldp_reports(key, x, y, hp, d, per_user, cov)
+        rel_cov, rel_xy = _nldp_reports(key, x, y, hp, d, per_user, cov, calibration)
         count = state.count + m
         w = jnp.asarray(m, x.dtype) / count.astype(x.dtype)  # running mean, exact weights
         sxx = state.sxx + w * (rel_cov.value - state.sxx)
@@ -460,16 +482,17 @@ def fit_nldp(
     num_chunks: int = 1,
     per_user: bool = False,
     cov: Literal["paper", "exact"] = "paper",
+    calibration: str = "analytic",
     on_invalid: str = "raise",
     secure: bool = False,
 ) -> FitResult:
     """Fit Algorithm 1 (NLDP, spec 001 §2.1) once to ``n`` users, one record each.
 
-    Calibration: each of the two Gaussian releases at ``(epsilon/2, delta/2)`` uses the classic
-    formula where ``epsilon/2 <= 1`` (its proof) and the analytic one above. The ledger delivers
-    the request above ``epsilon = 2`` (0.9999 of it at epsilon = 50), less up to 2 (0.59 of
-    epsilon = 1, 0.35 of 0.1; ``docs/families/ldp_sparse.md``): :func:`dpjax.calibrate` solves
-    the budget that spends it.
+    Calibration: each of the two Gaussian releases at ``(epsilon/2, delta/2)`` is calibrated
+    on the exact Gaussian curve (``calibration="analytic"``, default), so the ledger delivers
+    the request to within 1% at every epsilon. ``calibration="classic-or-analytic"`` is the
+    paper's (the classic formula where ``epsilon/2 <= 1``, analytic above): it delivers 0.59
+    of epsilon = 1 and 0.35 of 0.1 (``docs/families/ldp_sparse.md``).
 
     Args:
         key: PRNG key (or int seed) for the users' noise.
@@ -483,7 +506,7 @@ def fit_nldp(
             ``nldp_hparams(...)`` or ``heavy_tailed_hparams(...)``, is passed as
             ``fit_nldp(key, (x, y), **hp._asdict())``.
         sigma: the sub-Gaussian scale of the default rules.
-        num_chunks, per_user, cov: as :func:`nldp`.
+        num_chunks, per_user, cov, calibration: as :func:`nldp`.
         on_invalid: ``"raise"`` (default; right for simulations) or ``"clip"`` (real data; see
             the privacy page's "Bad records on real data").
         secure: the floating-point-safe noise path for a real release (see :func:`dpjax.fit`):
@@ -512,7 +535,7 @@ def fit_nldp(
         raise ValueError(f"lam must be >= 0; got {lam!r}")
     hp = NLDPHyperparams(*(np.float32(v) for v in (eps, dl, given["r"], given["tau1"],
                                                    given["tau2"], lam)))
-    est = nldp(num_chunks, per_user=per_user, cov=cov)
+    est = nldp(num_chunks, per_user=per_user, cov=cov, calibration=calibration)
     res = fit(est, key, (x, y), jnp.zeros(d, x.dtype), hp, record=_record_min_eig,
               secure=secure)
     min_eig = float(res.state.min_eig)
@@ -557,7 +580,8 @@ class PublicInfo(NamedTuple):
 @functools.cache
 def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
                 per_user: bool = False,
-                batching: Literal["full", "disjoint"] = "full") -> Estimator:
+                batching: Literal["full", "disjoint"] = "full",
+                calibration: str = "analytic") -> Estimator:
     """Algorithm 3 (spec §2.3): private ``x_bar y_bar + N_2``, public ``Sigma_pub = X_pub^T
     X_pub / m`` (not clipped), output ``S_lambda(Sigma_pub^{-1} Sigma_hat_xy)``.
 
@@ -569,6 +593,9 @@ def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
         batching: ``"full"`` (default; the data set as given) or ``"disjoint"`` (one step whose
             batch is the whole data set, for the sweep engine's streamed data: a study's
             ``simulate`` then returns ``(x, y, x_pub)`` with ``m != n`` rows).
+        calibration: the Gaussian calibration of the release, as :func:`nldp` (default
+            ``"analytic"``: the request delivered at every epsilon; the paper's
+            ``"classic-or-analytic"`` by name).
 
     Data: ``(x (n, d), y (n,), x_pub (m, d))``; one step. Privacy:
     (eps, delta)-LDP per user (or (eps/2, delta/2) with ``"alg1-copy"``), local relation.
@@ -577,6 +604,7 @@ def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
         raise ValueError(f"release must be 'full' or 'alg1-copy'; got {release!r}")
     if batching not in ("full", "disjoint"):
         raise ValueError(f"batching must be 'full' or 'disjoint'; got {batching!r}")
+    _validate.check_choice(calibration, "calibration", GAUSSIAN_CALIBRATIONS)
     name = "ldp-public" + ("/alg1-copy" if release == "alg1-copy" else "") + (
         "/per-user" if per_user else "")
     share = 1.0 if release == "full" else 0.5
@@ -593,11 +621,11 @@ def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
         eps, delta = hp.epsilon * share, hp.delta * share
         if per_user or secure_active():  # exact reports are every user's own
             rel = local_gaussian_mean(key, BoundedStatistic(prods, range_xy, "l2", "local"),
-                                      eps, delta, per_user=True)
+                                      eps, delta, per_user=True, calibration=calibration)
         else:
             rel = local_gaussian_aggregate(
                 key, BoundedStatistic(jnp.mean(prods, axis=0), range_xy, "l2", "local"), m,
-                eps, delta)
+                eps, delta, calibration=calibration)
         sigma_pub = x_pub.T @ x_pub / x_pub.shape[0]
         beta, min_eig = _solve_threshold(sigma_pub, rel.value, hp.lam)
         beta = jnp.where(min_eig > 0, beta, jnp.zeros_like(beta))

@@ -4,15 +4,16 @@ Records ``x_1, ..., x_n`` in ``R^d`` are clipped to the l2 ball of radius ``C``,
 is released once with the Gaussian mechanism:
 
     mu_hat = (1/n) sum_i clip_C(x_i) + N(0, sigma^2 I_d),   clip_C(x) = x min(1, C / ||x||_2),
-    sigma = (2 C / n) sqrt(2 log(1.25 / delta)) / epsilon   (above epsilon = 1: the analytic
-    calibration, the exact Gaussian curve solved for sigma).
+    sigma = (2 C / n) m(epsilon, delta),   m: the analytic calibration, the exact Gaussian
+    curve solved for sigma (Balle & Wang 2018; the classic sqrt(2 log(1.25 / delta)) / epsilon
+    over-noises for epsilon <= 1 and is unproven above).
 
 Privacy: neighbouring data sets have the same size ``n`` and differ in one record (replace-one).
 Two clipped records are at most ``2 C`` apart in l2, so the clipped mean moves by at most
-``2 C / n`` and the release is (epsilon, delta)-DP at every epsilon (Dwork & Roth 2014,
-Thm A.1, for epsilon <= 1; Balle & Wang 2018 above): the guarantee of the idealised
-mechanism, with continuous noise (the ledger states the float sampler's own floor; exact
-discrete noise with ``secure=True``). ``epsilon = inf`` adds exactly zero noise.
+``2 C / n`` and the release is (epsilon, delta)-DP at every epsilon, spending the request:
+the guarantee of the idealised mechanism, with continuous noise (the ledger states the float
+sampler's own floor; exact discrete noise with ``secure=True``). ``epsilon = inf`` adds
+exactly zero noise.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def clipped_mean(x: jax.Array, clip: jax.Array):
 def step(key: jax.Array, state: MeanState, x: jax.Array, hp: MeanHyperparams):
     """Release the clipped mean plus Gaussian noise: (epsilon, delta)-DP, replace-one."""
     del state  # a single release: the starting value plays no role
-    beta, event = gaussian_mechanism(key, clipped_mean(x, hp.clip), hp.epsilon, hp.delta)
+    beta, event = gaussian_mechanism(key, clipped_mean(x, hp.clip), hp.epsilon, hp.delta,
+                                     calibration="analytic")
     return MeanState(beta), MeanInfo((event,))
 
 
