@@ -58,7 +58,7 @@ def test_error_decreases_in_n_and_rho_within_monte_carlo_error():
 
 
 def test_level_display_columns_come_from_the_ledger_of_the_events():
-    est = dp_iv.dp_2s_gd(20)
+    est = dp_iv.dp_2s_gd(20, "paper")
     lv = level(est, 1000, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.1, gamma1=30.0, gamma2=30.0)
     assert lv["rho"] == 2.0 and lv["rho_delivered"] == pytest.approx(1.0)  # paper: rho/2
     assert lv["epsilon"] == pytest.approx(zcdp_to_approx_dp(1.0, 1e-5).epsilon)
@@ -66,6 +66,9 @@ def test_level_display_columns_come_from_the_ledger_of_the_events():
     tight = level(dp_iv.dp_2s_gd(20, "tight"), 1000, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.1,
                   gamma1=30.0, gamma2=30.0)
     assert tight["rho_delivered"] == pytest.approx(2.0)
+    default = level(dp_iv.dp_2s_gd(20), 1000, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.1,
+                    gamma1=30.0, gamma2=30.0)
+    assert default["rho_delivered"] == pytest.approx(2.0)  # the default spends the request
     alg3 = level(dp_iv.dp_2s_gd_beta_only(20), 1000, rho1=INF, rho2=1.0, eta=0.5, alpha=0.1,
                  gamma2=30.0)
     # Algorithm 3: its first stage is a non-private release, so the run is not DP; its beta
