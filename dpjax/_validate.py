@@ -34,7 +34,6 @@ __all__ = [
     "check_xy",
     "check_delta",
     "check_epsilon",
-    "check_gaussian_mean",
     "check_inf_only_at_inf_epsilon",
     "check_int_in_range",
     "check_noise_inputs",
@@ -395,28 +394,6 @@ def check_noise_inputs(name: str, value: Any, sensitivity: Any, total_bound: Any
             f"{name} = {_show(np.asarray(value, np.float64))} lets the privatised statistic "
             f"reach {_show(total)}, beyond the largest {np.dtype(dtype).name} "
             f"({float(fi.max):g}): it would overflow; lower {name}")
-
-
-def check_gaussian_mean(name: str, bound: Any, n: int, epsilon: Any, delta: Any,
-                        dtype: Any) -> None:
-    """:func:`check_noise_inputs` for the (epsilon, delta) Gaussian release of a mean of ``n``
-    records each of norm at most ``bound`` (the hyperparameter ``name``; sensitivity
-    ``2 bound / n``, replace-one), calibrated by :func:`dpjax.mechanisms.gaussian_sigma` (the
-    default), on public values only and in float64: the sensitivity and the noise scale must
-    be normal numbers of ``dtype`` (the dtype the noise is drawn in), and the sum ``n bound``
-    plus the largest draw of JAX's normal sampler in ``dtype`` times the scale must not
-    overflow it. Nothing to check at epsilon = inf."""
-    from dpjax import _float_sampler
-    from dpjax.mechanisms import gaussian_sigma
-
-    eps, dl, b = (np.float64(np.asarray(v)) for v in (epsilon, delta, bound))
-    if not np.isfinite(eps):
-        return
-    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
-        sens = 2.0 * b / n
-        sigma = np.float64(gaussian_sigma(sens, eps, dl))
-        z = max(abs(v) for v in _float_sampler.support("normal", dtype))
-        check_noise_inputs(name, b, sens, n * b + z * sigma, dtype, scale=sigma)
 
 
 def _show(arr: np.ndarray) -> str:

@@ -75,6 +75,7 @@ __all__ = [
     "gaussian_multiplier_analytic",
     "gaussian_multiplier_classic",
     "gaussian_multiplier_zcdp",
+    "check_gaussian_mean",
     "gaussian_sigma",
     "gaussian_noise",
     "secure_noise",
@@ -573,6 +574,33 @@ def gaussian_sigma(sensitivity_l2: Any, epsilon: Any, delta: Any,
     return noise_scale(sensitivity_l2, gaussian_multiplier(epsilon, delta, calibration,
                                                            log_constant))
 
+
+
+def check_gaussian_mean(name: str, bound: Any, n: int, epsilon: Any, delta: Any, dtype: Any,
+                        calibration: str = "classic-or-analytic") -> None:
+    """Refuse, on public values only, a level at which the (epsilon, delta) Gaussian release of
+    a mean of ``n`` records each of norm at most ``bound`` (the hyperparameter ``name``;
+    sensitivity ``2 bound / n``, replace-one; noise by :func:`gaussian_sigma` with
+    ``calibration``) cannot be drawn faithfully in ``dtype`` (the dtype the noise is drawn in):
+    the sensitivity and the noise scale must be normal numbers, and the sum ``n bound`` plus
+    the largest draw of JAX's normal sampler in ``dtype`` times the scale must not overflow.
+    Computed in float64; nothing to check at epsilon = inf. For an estimator's
+    ``check(n, hparams, dtype)`` hook (:class:`dpjax.base.Estimator`), which :func:`dpjax.fit`
+    runs before anything, so a refusal never depends on the data.
+
+    Raises:
+        ValueError: naming ``name`` and what to change.
+    """
+    from dpjax import _float_sampler  # a module below this one, imported where it is needed
+
+    eps, dl, b = (np.float64(np.asarray(v)) for v in (epsilon, delta, bound))
+    if not np.isfinite(eps):
+        return
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        sens = 2.0 * b / n
+        sigma = np.float64(gaussian_sigma(sens, eps, dl, calibration))
+        z = max(abs(v) for v in _float_sampler.support("normal", dtype))
+        _validate.check_noise_inputs(name, b, sens, n * b + z * sigma, dtype, scale=sigma)
 
 def gaussian_multiplier_zcdp(rho: Any) -> Any:
     """zCDP Gaussian sigma per unit of l2 sensitivity: ``1 / sqrt(2 rho)`` (Bun & Steinke 2016);

@@ -17,6 +17,7 @@ DOC = ROOT / "docs" / "architecture.md"
 # Bottom to top. A module may import from its own group and from lower layers only; an import
 # between two groups of one layer must be listed in SAME_LAYER with its reason.
 LAYERS = [
+    {"_float_sampler"},
     {"_validate", "_cpu_prng", "_gaussian_curve"},
     {"discrete_noise"},
     {"mechanisms"},
@@ -24,13 +25,15 @@ LAYERS = [
     {"models"},
     {"base", "registry"},
     {"algorithms", "examples"},
-    {"audit", "tune", "sweep", "results", "config", "plotting"},
+    {"audit", "tune", "calibrate", "sweep", "results", "config", "plotting"},
     {"study", "demo"},
     {"reproduce"},
-    {"cli", "experiments"},
+    {"cli", "experiments", "_sources"},
 ]
 SAME_LAYER = {
     ("cli", "experiments"): "dpjax run NAME finds the experiment",
+    ("cli", "_sources"): "dpjax run FILE.py / pkg.mod:NAME finds a user's experiment",
+    ("_sources", "experiments"): "a bundled name wins over a user's experiment of that name",
 }
 # Imported everywhere and left out of the page's table (it says so).
 UNLISTED = {"_validate", "_cpu_prng"}

@@ -25,7 +25,8 @@ def test_memory_budget_sets_the_chunk_size(tmp_path):
     # the tests run 4 CPU devices (conftest): the budget is per device
     assert chunks_default == [6] * len(chunks_default)  # 0.1 GB: all repetitions in one chunk
     assert chunks_tiny == [4] * len(chunks_tiny)  # a byte budget: one repetition per device
-    assert summary_tiny == summary_default
+    # equal, NaN where nothing was requested (the non-private level's budget_spent) included
+    assert repr(summary_tiny) == repr(summary_default)
 
 
 def test_non_positive_memory_budget_is_an_error(tmp_path, capsys):

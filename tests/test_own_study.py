@@ -347,8 +347,8 @@ def settings(c):
         key="glm", columns={"method": "glm", "n": 100}, estimator=EST, simulate=simulate,
         init=init, record=record, truth=np.ones(5) / 5, plan=sweep.DataPlan(1, 100),
         hparams_type=dp_glm.GLMHyperparams,
-        levels=({"epsilon": 1.0, "delta": 1e-3, "eta": 0.5, "truncation": 1.0, "rho": 1.0},),
-        n=100)]
+        levels=({k: float(v) for k, v in dp_glm.default_hparams(
+            100, 1.0, 3, delta=1e-3, eta=0.5)._asdict().items()},), n=100)]
 
 
 GLM_STUDY = Experiment(name="glm_study", title="t", defaults={"x": 1}, settings=settings,

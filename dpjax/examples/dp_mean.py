@@ -24,10 +24,15 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import registry
-from dpjax._validate import check_gaussian_mean
 from dpjax.accounting import ApproxDP, Ledger, Release
 from dpjax.base import Estimator
-from dpjax.mechanisms import PrivacyEvent, bounded_mean, clip_l2, gaussian_mechanism
+from dpjax.mechanisms import (
+    PrivacyEvent,
+    bounded_mean,
+    check_gaussian_mean,
+    clip_l2,
+    gaussian_mechanism,
+)
 
 
 class MeanHyperparams(NamedTuple):
@@ -68,7 +73,7 @@ def ledger(n: int, hp: MeanHyperparams, events: tuple[PrivacyEvent]) -> Ledger:
 def check(n: int, hp: MeanHyperparams, dtype) -> None:
     """Refuse a level on public values only, before anything runs: ``2 C / n`` and sigma
     normal in ``dtype``, the sum ``n C`` plus the largest draw finite (never on the data)."""
-    check_gaussian_mean("clip", hp.clip, n, hp.epsilon, hp.delta, dtype)
+    check_gaussian_mean("clip", hp.clip, n, hp.epsilon, hp.delta, dtype, "analytic")
 
 
 DP_MEAN = Estimator("dp-mean", MeanState, step, num_steps=1, batching="full", ledger=ledger,
