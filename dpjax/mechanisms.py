@@ -942,21 +942,28 @@ def _auto_grid(sensitivity: float, size: int) -> float:
     return 2.0 ** min(max(e, -64), 64)
 
 
-def _secure_release(key: jax.Array, stat: BoundedStatistic, scale: Any, kind: str,
-                    **float_event: Any) -> tuple[jax.Array, PrivacyEvent]:
-    from dpjax import discrete_noise as dn
-
-    mode = _SECURE.get()
+def _concrete(sensitivity: Any, *others: Any) -> tuple[float, ...]:
+    """A secure release's host values (the sensitivity first, which must be finite and > 0);
+    a traced value (a jitted or vmapped sweep) is refused with the way out."""
     try:
-        sens, true = float(stat.sensitivity), float(stat.true)
+        values = tuple(float(v) for v in (sensitivity, *others))
     except jax.errors.ConcretizationTypeError:
         raise ValueError(
             "secure=True needs concrete values: fit one data set with dpjax.fit(..., "
             "secure=True) (run eagerly); jitted or vmapped sweeps use the fast path"
         ) from None
-    if not (math.isfinite(sens) and sens > 0):
-        raise ValueError(f"secure=True needs a finite positive sensitivity; got {sens:g} "
+    if not (math.isfinite(values[0]) and values[0] > 0):
+        raise ValueError(f"secure=True needs a finite positive sensitivity; got {values[0]:g} "
                          "(a private fit: finite epsilon or rho, finite clipping)")
+    return values
+
+
+def _secure_release(key: jax.Array, stat: BoundedStatistic, scale: Any, kind: str,
+                    **float_event: Any) -> tuple[jax.Array, PrivacyEvent]:
+    from dpjax import discrete_noise as dn
+
+    mode = _SECURE.get()
+    sens, true = _concrete(stat.sensitivity, stat.true)
     value = jnp.asarray(stat.value)
     size = int(value.size)
     grid = _auto_grid(sens, size) if mode.grid is None else mode.grid
@@ -1200,17 +1207,7 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
     """:func:`noisy_hard_threshold` inside :func:`secure_noise` (see its docstring)."""
     from dpjax import discrete_noise as dn
 
-    try:
-        sens, true = float(stat.sensitivity), float(stat.true)
-        eps, dl = float(epsilon), float(delta)
-    except jax.errors.ConcretizationTypeError:
-        raise ValueError(
-            "secure=True needs concrete values: fit one data set with dpjax.fit(..., "
-            "secure=True) (run eagerly); jitted or vmapped sweeps use the fast path"
-        ) from None
-    if not (math.isfinite(sens) and sens > 0):
-        raise ValueError(f"secure=True needs a finite positive sensitivity; got {sens:g} "
-                         "(a private fit: finite epsilon, finite clipping)")
+    sens, true, eps, dl = _concrete(stat.sensitivity, stat.true, epsilon, delta)
     if not (eps > 0 and 0 < dl < 1):
         raise ValueError(f"peeling needs epsilon > 0 and delta in (0, 1); got epsilon = "
                          f"{eps:g}, delta = {dl:g}")
