@@ -30,8 +30,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dpjax import _float_sampler
 from dpjax._gaussian_curve import gaussian_delta, gaussian_epsilon, gaussian_mu_for_epsilon
 from dpjax._validate import ConfigError
+from dpjax.mechanisms.calibration import epsilon_constant
+from dpjax.mechanisms.statistics import ZCDP_KINDS
 
 __all__ = [
     "ApproxDP",
@@ -386,9 +389,6 @@ class Release:
     @classmethod
     def from_event(cls, event: Any, statistic: str, data: str = "full data") -> Release:
         """Summarise a (stacked) privacy event: every array entry is one release."""
-        from dpjax import _float_sampler
-        from dpjax.mechanisms import ZCDP_KINDS, epsilon_constant
-
         # the dtype the noise was drawn in (older events: that of the recorded scale)
         drawn = getattr(event, "dtype", "") or np.asarray(event.scale).dtype
         sens, scale, true, delta = (np.asarray(x, np.float64).ravel() for x in (

@@ -530,7 +530,7 @@ def test_one_calibration_constant_moves_both_the_noise_and_the_ledger(key, monke
     """Doubling the classic-Gaussian constant in its one place doubles the noise the kernel
     draws, and the ledger (which inverts the same constant) still reports what that noise
     earns; read without the change, the same events deliver half the epsilon."""
-    from dpjax import mechanisms
+    from dpjax.mechanisms import calibration as mechanisms  # where the constant lives
 
     n, d, T, eps = 200, 5, 4, 0.5
     _, data = _problem(n=n, d=d)

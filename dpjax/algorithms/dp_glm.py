@@ -96,6 +96,7 @@ from dpjax.algorithms._boundary import check_model, checked_inputs
 from dpjax.base import Estimator, FitResult, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
+    _analytic_mu_jnp,
     gaussian_mechanism,
     gaussian_mechanism_zcdp,
     hard_threshold,
@@ -673,8 +674,6 @@ def _example(model: GLM, n: int = 400, d: int = 8, s: int = 2, T: int = 5) -> re
     def hp(eps):
         # rho sets the noise of the default ("gaussian") calibration: mu*^2 / 2 with mu* the
         # exact curve's (the analytic Gaussian's, traceable: the suite vmaps over levels)
-        from dpjax.mechanisms import _analytic_mu_jnp
-
         eps = jnp.float32(eps)
         rho = 0.5 * _analytic_mu_jnp(eps, jnp.float32(delta)) ** 2
         return GLMHyperparams(eps, jnp.float32(delta), jnp.float32(1.0), jnp.float32(1.0), rho)

@@ -5,6 +5,8 @@ claim; with a plant it must not."""
 from __future__ import annotations
 
 import contextlib
+import sys
+import types
 from typing import Any
 
 import jax.numpy as jnp
@@ -81,24 +83,40 @@ def scaled_noise(noise: Any = None, sensitivity: Any = None):
 
     The factors may be traced values (so one compiled function serves the honest run, factors
     1, and the planted ones): :func:`planted_bug` with fixed factors is this context."""
-    saved = {name: getattr(mechanisms, name)
-             for name in _SCALE_FUNCTIONS + _NOISE_FUNCTIONS + _COIN_FUNCTIONS}
+    names = _SCALE_FUNCTIONS + _NOISE_FUNCTIONS + _COIN_FUNCTIONS
+    saved = {name: getattr(mechanisms, name) for name in names}
+    homes = {name: _holders(name, saved[name]) for name in names}
+
+    def plant(name, f):
+        for module in homes[name]:
+            setattr(module, name, f)
+
     try:
         if noise is not None:
             for name in _NOISE_FUNCTIONS:
                 def draw(key, shape, scale, dtype=jnp.float32, _f=saved[name]):
                     return _f(key, shape, noise * jnp.asarray(scale, dtype), dtype)
-                setattr(mechanisms, name, draw)
+                plant(name, draw)
 
             def coin(key, epsilon, _f=saved["randomized_response_bit"]):  # x f <=> eps / f
                 return _f(key, jnp.asarray(epsilon) / noise)
-            mechanisms.randomized_response_bit = coin
+            plant("randomized_response_bit", coin)
         if sensitivity is not None:
             for name in _SCALE_FUNCTIONS:
                 def calibrate(sens, *budget, _f=saved[name], **kw):
                     return _f(sensitivity * jnp.asarray(sens), *budget, **kw)
-                setattr(mechanisms, name, calibrate)
+                plant(name, calibrate)
         yield
     finally:
         for name, f in saved.items():
-            setattr(mechanisms, name, f)
+            plant(name, f)
+
+
+def _holders(name: str, f: Any) -> list[types.ModuleType]:
+    """The modules of the :mod:`dpjax.mechanisms` package (the package itself included) whose
+    global ``name`` is ``f``: where the mechanisms, and the layers above through the package,
+    look it up at trace time."""
+    prefix = mechanisms.__name__ + "."
+    return [m for key, m in sorted(sys.modules.items())
+            if (key == mechanisms.__name__ or key.startswith(prefix))
+            and getattr(m, name, None) is f]

@@ -1,0 +1,159 @@
+"""Clipping: the maps that bound what one record can put into a statistic.
+
+Every per-record quantity that enters a privatised statistic passes through :func:`sanitize`
+(directly or through the clipping below), so no record, however extreme, can put a NaN or an
+infinity into a sum; :func:`clip_l2` and :func:`clip_linf` then bound it, without over- or
+underflow for any input. :func:`clipped_outer_mean` is the clipped mean of rank-one per-record
+terms, returned with its sensitivity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from dpjax.mechanisms.statistics import BoundedStatistic
+
+__all__ = ["clip_l2", "clip_linf", "clipped_outer_mean", "l2_norm", "sanitize"]
+
+def sanitize(x: jax.Array) -> jax.Array:
+    """Map NaN to 0 and +-inf to +-the largest finite value of ``x``'s dtype (elementwise).
+
+    A deterministic function of its input that is the identity on finite values. Every per-record
+    quantity that enters a privatised statistic passes through it (directly or through the
+    clipping helpers below), so no record, however extreme, can put a NaN or an infinity into a
+    sum: ``inf - inf`` or ``0 * inf`` inside an E-step weight, an overflowing inner product or
+    an overflowing residual all become finite values, which the clipping then bounds. The
+    mapped value need not be "right" for such a record: privacy only needs every record's
+    contribution to be finite and inside the declared bound.
+    """
+    return jnp.nan_to_num(x, nan=0.0)
+
+
+def clip_linf(x: jax.Array, bound: Any) -> jax.Array:
+    """Coordinate-wise projection onto ``[-bound, bound]`` (the papers' ``Pi_T``).
+
+    Non-finite entries are first mapped by :func:`sanitize` (NaN to 0, +-inf to +-max), so the
+    result is finite and inside the box for every input. ``bound = inf`` leaves finite values
+    unchanged.
+    """
+    return jnp.clip(sanitize(x), -bound, bound)
+
+
+def _pow2(k: jax.Array, dtype) -> jax.Array:
+    """``2 ** k`` built from its exponent bits: exact, for integer ``k`` in the normal range
+    (XLA's ``exp2`` and the reciprocals it substitutes for divisions are not exact)."""
+    fi = jnp.finfo(dtype)
+    itype = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}[jnp.dtype(dtype).itemsize]
+    bias = fi.maxexp - 1
+    return jax.lax.bitcast_convert_type((k + bias).astype(itype) << fi.nmant, dtype)
+
+
+def _scaled_l2(x: jax.Array, axis) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(u, k, r)`` with ``u = x * 2**k`` and ``r = ||u||_2`` along ``axis`` (keepdims), so
+    ``||x||_2 = r * 2**-k``, computed without overflow or underflow.
+
+    The naive ``sqrt(sum x^2)`` overflows to inf for entries beyond ~1e19 (float32) and
+    underflows to 0 below ~1e-19 (XLA on CPU flushes denormals to zero): a clip factor
+    ``min(1, C / norm)`` would then be 1 and let an unclipped term through. Dividing by the
+    largest magnitude is not safe either: XLA turns ``x / m`` into ``x * (1 / m)``, and ``1 / m``
+    is flushed to zero for ``m`` beyond ~3e38. So ``x`` is scaled by an exact power of two,
+    ``2**k`` with ``k`` read off the exponent bits of ``max |x|`` and chosen so that
+    ``2**k`` is a normal number and ``max |u|`` lies in ``[2, 4)``: then ``2 <= r <= 4 sqrt(n)``
+    for a row with a normal largest entry, and ``r`` is tiny or 0 only for rows of denormals.
+    Non-finite entries are sanitised first.
+    """
+    x = sanitize(x)
+    m = jnp.max(jnp.abs(x), axis=axis, keepdims=True)
+    fi = jnp.finfo(x.dtype)
+    itype = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}[x.dtype.itemsize]
+    bias = fi.maxexp - 1
+    biased = jnp.maximum((jax.lax.bitcast_convert_type(m, itype) >> fi.nmant) & (2 * bias + 1), 1)
+    k = bias + 1 - biased  # in [-(bias - 1), bias]: 2**k is normal
+    u = x * _pow2(k, x.dtype)
+    r = jnp.sqrt(jnp.sum(jnp.square(u), axis=axis, keepdims=True))
+    return u, k, r
+
+
+def _log2_norm(k: jax.Array, r: jax.Array) -> jax.Array:
+    """``log2`` of the norm ``r * 2**-k`` (``-inf`` for a zero row); finite where the norm is."""
+    return jnp.log2(r) - k.astype(r.dtype)
+
+
+def l2_norm(x: jax.Array, axis: int | tuple[int, ...] = -1) -> jax.Array:
+    """The l2 norm along ``axis`` without intermediate overflow or underflow.
+
+    The result is ``inf`` only when the norm itself exceeds the dtype's range; it is never NaN
+    (non-finite entries are sanitised first).
+    """
+    _, k, r = _scaled_l2(x, axis)
+    half = k // 2  # two exact factors, each a normal number
+    return jnp.squeeze(r * _pow2(-half, r.dtype) * _pow2(half - k, r.dtype), axis=axis)
+
+
+def clip_l2(x: jax.Array, bound: Any, axis: int | tuple[int, ...] = -1) -> jax.Array:
+    """Project onto the l2 ball of radius ``bound`` along ``axis`` (per record).
+
+    ``axis=(-2, -1)`` clips matrices in Frobenius norm. A row inside the ball is returned
+    unchanged; a row outside is ``u * (bound / r)`` with ``u = x * 2**k`` and ``r = ||u||``
+    (see :func:`_scaled_l2`), whose norm is ``bound`` up to rounding for every input: entries
+    near the dtype's maximum, denormals, rows whose naive squared norm over- or underflows, and
+    NaN or infinities (sanitised). Zero rows stay zero; ``bound = inf`` leaves finite rows
+    unchanged. The inside/outside test compares ``log2`` of the norm with ``log2(bound)``, so it
+    cannot over- or underflow.
+    """
+    u, k, r = _scaled_l2(x, axis)
+    bound = jnp.asarray(bound, x.dtype)
+    inside = _log2_norm(k, r) <= jnp.log2(bound)
+    clipped = u * (bound / jnp.where(r > 0, r, jnp.ones_like(r)))
+    return jnp.where(inside, sanitize(x), clipped)
+
+
+def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any, records_axis: int = 0
+                       ) -> BoundedStatistic:
+    r"""``(1/n) sum_i CLIP_bound(a_i b_i^T)`` in Frobenius norm, with its replace-one sensitivity.
+
+    Each record contributes the rank-one matrix ``a_i b_i^T`` (``a`` is ``(n, k)``, ``b`` is
+    ``(n, m)``), clipped to the Frobenius ball of radius ``bound``:
+    ``CLIP_C(G) = G min(1, C / ||G||_F)``. For a rank-one matrix
+    ``||a_i b_i^T||_F = ||a_i||_2 ||b_i||_2``, so the clipped mean is
+    ``a^T diag(f) b / n`` with ``f_i = min(1, C / (||a_i|| ||b_i||))``: the same value as
+    ``bounded_mean(clip_l2(a[:, :, None] * b[:, None, :], C, axis=(-2, -1)), 2 C, "l2")``, in
+    ``O(n (k + m))`` memory instead of ``O(n k m)``.
+
+    Privacy: every clipped term lies in the Frobenius ball of radius ``C``, so replacing one record
+    moves the mean by at most ``2 C / n`` in Frobenius norm (= the l2 norm of the flattened
+    matrix, the norm i.i.d. Gaussian noise per entry is calibrated in). ``n`` is the public shape.
+    ``bound = inf`` is a no-op (infinite sensitivity; only for the non-private limit).
+
+    Args:
+        a: ``(n, k)`` left factors.
+        b: ``(n, m)`` right factors.
+        bound: the clipping threshold ``C > 0`` (array is fine).
+
+    Returns:
+        A :class:`BoundedStatistic` with value ``(k, m)``, l2 sensitivity ``2 C / n``, replace-one.
+    """
+    r = records_axis
+    if r not in (0, 1) or a.ndim != 2 or b.ndim != 2 or a.shape[r] != b.shape[r]:
+        raise ValueError(
+            f"clipped_outer_mean needs a (n, k) and b (n, m) (records_axis=0) or a (k, n) and "
+            f"b (m, n) (records_axis=1); got {a.shape} and {b.shape}, records_axis={r}"
+        )
+    n, f = a.shape[r], 1 - r
+    # With the overflow-free factorisation of _scaled_l2 (a_i = u_a 2**-k_a, ||u_a|| = r_a):
+    # a term inside the ball keeps its raw factors; a term outside becomes
+    # u_a u_b^T * C / (r_a r_b), of norm C up to rounding, whatever the magnitudes of a_i and b_i
+    # (entries near the dtype's maximum, denormals, a product of norms that over- or underflows).
+    ua, ka, ra = _scaled_l2(a, f)
+    ub, kb, rb = _scaled_l2(b, f)
+    bound = jnp.asarray(bound, a.dtype)
+    # log2 ||a_i b_i^T||_F, exact in its exponent part: no product of norms can over- or underflow
+    inside = _log2_norm(ka, ra) + _log2_norm(kb, rb) <= jnp.log2(bound)  # (n, 1) or (1, n)
+    rr = ra * rb
+    left = jnp.where(inside, sanitize(a), ua * (bound / jnp.where(rr > 0, rr, jnp.ones_like(rr))))
+    right = jnp.where(inside, sanitize(b), ub)
+    value = (left.T @ right if r == 0 else left @ right.T) / n
+    return BoundedStatistic(value, 2.0 * jnp.asarray(bound) / n, "l2", "replace-one")
