@@ -20,6 +20,7 @@ from dpjax import mechanisms as M
 from dpjax.accounting import GAUSSIAN_CURVE_NOTE, ZCDP, ApproxDP, PrivacyBudgetError
 from dpjax.algorithms import dp_em, dp_glm, dp_iv, ldp_sparse
 from dpjax.examples import dp_mean
+from dpjax.mechanisms import secure
 from dpjax.models import iv
 from dpjax.models.glm import GLM, sparse_sphere_beta
 from dpjax.models.gmm import GaussianMixture
@@ -207,7 +208,7 @@ def test_secure_noise_is_the_carried_noise_times_kappa():
                   .split("= ")[1].split(":")[0])
     sens = 2 * 2.0 / 200  # 2C/n
     sigma = float(M.gaussian_sigma(sens, 1.5, 1e-5))  # the default path's sigma (host)
-    grid = M._auto_grid(sens, 3)
+    grid = secure._auto_grid(sens, 3)
     delta_z = math.sqrt(dn.integer_sensitivity_l2_sq(sens, grid, 3))
     carried = sigma / sens * delta_z  # rho carried over: sigma_Z = Delta_Z sigma / Delta
     assert rel.scale == pytest.approx(kappa * carried, rel=1e-5)

@@ -18,6 +18,7 @@ from dpjax import mechanisms as M
 from dpjax import registry
 from dpjax.accounting import peeling_epsilon
 from dpjax.algorithms import dp_em, dp_glm
+from dpjax.mechanisms import peeling
 from dpjax.models.glm import GLM, GLMData, sparse_sphere_beta
 from dpjax.models.gmm import GaussianMixture
 
@@ -146,7 +147,7 @@ def test_the_rounded_sensitivity_is_never_below_the_true_change():
         }
         for name, (st, st2) in pairs.items():
             sens = float(st.sensitivity)
-            grid = M._peeling_grid(sens, 1.0) * 2.0 ** (8 * (trial % 2) - trial % 3)
+            grid = peeling._peeling_grid(sens, 1.0) * 2.0 ** (8 * (trial % 2) - trial % 3)
             bound = dn.integer_sensitivity_linf(sens, grid)
             assert bound * grid >= sens
             for shift in rng.uniform(-3, 3, 5):
