@@ -550,91 +550,20 @@ def run_setting(
     reps = _validate.check_int_in_range(reps, "reps", 1)
     chunk_size = reps if chunk_size is None else chunk_size
     bounds = chunk_bounds(reps, chunk_size) if bounds is None else list(bounds)
-    devices = len(jax.devices()) if num_devices is None else num_devices
-    devices = max(1, min(devices, chunk_size))
-    kernel = make_kernel(
-        setting.estimator, setting.simulate, setting.init, setting.record, setting.plan,
-        data_mode, devices, setting.draw_truth, setting.final_only,
-    )
-    # Host (NumPy) inputs: valid global values under multi-process JAX as well.
-    data_key, noise_key = (
-        np.asarray(jax.random.key_data(k))
-        for k in study_keys(seed, setting.key, setting.data_group)
-    )
+    runner = _SettingRunner.build(setting, seed, chunk_size, data_mode, num_devices,
+                                  getattr(store, "tally", None))
     levels = list(setting.levels if levels is None else levels)
-    labels = [level_label(lv) for lv in levels]
-    truth = setting.fixed_truth
-    multi = jax.process_count() > 1
-    primary = jax.process_index() == 0
-    rep_sharding = _rep_sharding(devices)[1] if devices > 1 else None
-    # Pad every call to a common multiple of the device count: one shape, one compile.
-    padded = math.ceil(chunk_size / devices) * devices
-    growable = store is not None and hasattr(store, "levels_of")
-    tally = getattr(store, "tally", None)
-
-    def compute(a: int, b: int, lvls: Sequence[dict[str, float]]) -> dict[str, np.ndarray]:
-        """Repetitions ``a .. b - 1`` of levels ``lvls``, in calls of ``padded`` repetitions."""
-        hparams = jax.tree_util.tree_map(np.asarray, setting.hparams(lvls))
-        ids = setting.level_ids(lvls)
-        parts = []
-        for a2 in range(a, b, padded):
-            idx = np.arange(a2, a2 + padded, dtype=np.uint32)
-            if rep_sharding is not None:
-                reps_in = jax.make_array_from_callback((padded,), rep_sharding,
-                                                       lambda index, idx=idx: idx[index])
-            else:
-                reps_in = idx
-            res = kernel(reps_in, data_key, noise_key, truth, hparams, ids)
-            if multi:
-                from jax.experimental import multihost_utils
-
-                res = multihost_utils.process_allgather(res, tiled=True)
-            res = jax.device_get(res)
-            if not isinstance(res, dict):
-                raise TypeError("a setting's record must return a dict of named metrics")
-            parts.append({k: np.asarray(v)[: min(padded, b - a2)] for k, v in res.items()})
-        arr = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
-        bad = [k for k, v in arr.items()
-               if not k.startswith(EVENT_PREFIX) and not np.isfinite(v).all()]
-        if bad:
-            raise FloatingPointError(
-                f"setting {setting.key!r}: non-finite {bad} in repetitions {a}..{b - 1}"
-            )
-        if tally is not None:
-            tally(computed=(b - a) * len(lvls))
-        return arr
-
     out = []
     for i, (a, b) in enumerate(bounds):
         if a >= reps:
             break
-        done = store is not None and store.has(setting.key, i)
-        if multi:  # every process must take the same branch: process 0 decides
-            from jax.experimental import multihost_utils
-
-            done = bool(multihost_utils.broadcast_one_to_all(np.asarray(done)))
-        if done:
-            arr = store.load(setting.key, i) if primary else None
-            stored = list(store.levels_of(setting.key, i) or labels) if growable else labels
-            missing = [lv for lv, lab in zip(levels, labels) if lab not in stored]
-            if missing:  # the study grew: these levels' draws, for the stored repetitions
-                new = compute(a, b, missing)
-                if primary:
-                    arr = {k: np.concatenate([arr[k], new[k]], axis=1) for k in arr}
-                    stored = stored + [level_label(lv) for lv in missing]
-                    store.save_levels(setting.key, i, stored)
-                    store.save(setting.key, i, arr)
-            if primary:
-                if tally is not None:
-                    tally(reused=(min(b, reps) - a) * (len(levels) - len(missing)))
-                if stored != labels:  # the levels asked for, in their order
-                    pick = np.array([stored.index(lab) for lab in labels])
-                    arr = {k: v[:, pick] for k, v in arr.items()}
+        if _is_stored(store, setting.key, i):
+            arr = _reuse_chunk(runner, store, i, a, b, reps, levels)
         else:
-            arr = compute(a, b, levels)
-            if store is not None and primary:
-                if growable:
-                    store.save_levels(setting.key, i, labels)
+            arr = runner.compute(a, b, levels)
+            if store is not None and runner.primary:
+                if hasattr(store, "levels_of"):
+                    store.save_levels(setting.key, i, [level_label(lv) for lv in levels])
                 store.save(setting.key, i, arr)
         if arr is not None and b > reps:
             arr = {k: v[: reps - a] for k, v in arr.items()}
@@ -644,6 +573,123 @@ def run_setting(
     if any(o is None for o in out):  # a non-zero process skipped chunks process 0 had stored
         return {}
     return {k: np.concatenate([o[k] for o in out], axis=0) for k in out[0]}
+
+
+@dataclasses.dataclass(frozen=True)
+class _SettingRunner:
+    """One setting's compiled kernel and its inputs: :meth:`compute` runs repetitions
+    ``a .. b - 1`` of some levels, in kernel calls of ``padded`` repetitions (one shape, one
+    compile)."""
+
+    setting: Setting
+    kernel: Callable[..., Any]
+    data_key: np.ndarray
+    noise_key: np.ndarray
+    padded: int
+    rep_sharding: Any
+    multi: bool
+    primary: bool
+    tally: Callable[..., None] | None
+
+    @classmethod
+    def build(cls, setting: Setting, seed: int, chunk_size: int, data_mode: str,
+              num_devices: int | None, tally: Callable[..., None] | None) -> _SettingRunner:
+        devices = len(jax.devices()) if num_devices is None else num_devices
+        devices = max(1, min(devices, chunk_size))
+        kernel = make_kernel(
+            setting.estimator, setting.simulate, setting.init, setting.record, setting.plan,
+            data_mode, devices, setting.draw_truth, setting.final_only,
+        )
+        # Host (NumPy) inputs: valid global values under multi-process JAX as well.
+        data_key, noise_key = (
+            np.asarray(jax.random.key_data(k))
+            for k in study_keys(seed, setting.key, setting.data_group)
+        )
+        return cls(setting, kernel, data_key, noise_key,
+                   # a common multiple of the device count: one shape, one compile
+                   math.ceil(chunk_size / devices) * devices,
+                   _rep_sharding(devices)[1] if devices > 1 else None,
+                   jax.process_count() > 1, jax.process_index() == 0, tally)
+
+    def compute(self, a: int, b: int, lvls: Sequence[dict[str, float]]
+                ) -> dict[str, np.ndarray]:
+        """Repetitions ``a .. b - 1`` of levels ``lvls``: ``metric -> (b - a, len(lvls), ...)``;
+        a non-finite metric (other than an event) raises."""
+        setting, padded = self.setting, self.padded
+        hparams = jax.tree_util.tree_map(np.asarray, setting.hparams(lvls))
+        ids = setting.level_ids(lvls)
+        parts = []
+        for a2 in range(a, b, padded):
+            parts.append({k: v[: min(padded, b - a2)]
+                          for k, v in self._call(a2, hparams, ids).items()})
+        arr = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
+        bad = [k for k, v in arr.items()
+               if not k.startswith(EVENT_PREFIX) and not np.isfinite(v).all()]
+        if bad:
+            raise FloatingPointError(
+                f"setting {setting.key!r}: non-finite {bad} in repetitions {a}..{b - 1}"
+            )
+        if self.tally is not None:
+            self.tally(computed=(b - a) * len(lvls))
+        return arr
+
+    def _call(self, start: int, hparams: Any, ids: Any) -> dict[str, np.ndarray]:
+        """One kernel call: repetitions ``start .. start + padded - 1``, on the host."""
+        idx = np.arange(start, start + self.padded, dtype=np.uint32)
+        if self.rep_sharding is not None:
+            reps_in = jax.make_array_from_callback((self.padded,), self.rep_sharding,
+                                                   lambda index: idx[index])
+        else:
+            reps_in = idx
+        res = self.kernel(reps_in, self.data_key, self.noise_key, self.setting.fixed_truth,
+                          hparams, ids)
+        if self.multi:
+            from jax.experimental import multihost_utils
+
+            res = multihost_utils.process_allgather(res, tiled=True)
+        res = jax.device_get(res)
+        if not isinstance(res, dict):
+            raise TypeError("a setting's record must return a dict of named metrics")
+        return {k: np.asarray(v) for k, v in res.items()}
+
+
+def _is_stored(store: Any, key: str, i: int) -> bool:
+    """Whether chunk ``i`` of setting ``key`` is stored; under multi-process JAX every process
+    takes process 0's answer (they must take the same branch)."""
+    done = store is not None and store.has(key, i)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        done = bool(multihost_utils.broadcast_one_to_all(np.asarray(done)))
+    return done
+
+
+def _reuse_chunk(runner: _SettingRunner, store: Any, i: int, a: int, b: int, reps: int,
+                 levels: Sequence[dict[str, float]]) -> dict[str, np.ndarray] | None:
+    """Stored chunk ``i`` (repetitions ``a .. b - 1``) with the levels asked for, in their
+    order: levels it lacks (the study grew) are computed, and the chunk is rewritten with
+    every level. ``None`` on a non-zero process (only process 0 reads the store)."""
+    key, primary = runner.setting.key, runner.primary
+    labels = [level_label(lv) for lv in levels]
+    arr = store.load(key, i) if primary else None
+    growable = hasattr(store, "levels_of")
+    stored = list(store.levels_of(key, i) or labels) if growable else labels
+    missing = [lv for lv, lab in zip(levels, labels) if lab not in stored]
+    if missing:  # the study grew: these levels' draws, for the stored repetitions
+        new = runner.compute(a, b, missing)
+        if primary:
+            arr = {k: np.concatenate([arr[k], new[k]], axis=1) for k in arr}
+            stored = stored + [level_label(lv) for lv in missing]
+            store.save_levels(key, i, stored)
+            store.save(key, i, arr)
+    if not primary:
+        return None
+    if runner.tally is not None:
+        runner.tally(reused=(min(b, reps) - a) * (len(levels) - len(missing)))
+    if stored != labels:  # the levels asked for, in their order
+        pick = np.array([stored.index(lab) for lab in labels])
+        arr = {k: v[:, pick] for k, v in arr.items()}
+    return arr
 
 
 # --------------------------------------------------------------------------------------------
