@@ -44,6 +44,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dpjax import _cpu_prng, _validate
+from dpjax._validate import ConfigError
 from dpjax.base import Estimator, run
 
 # Studies draw most of their time's random numbers: JAX's unrolled threefry on CPU (same bits).
@@ -790,9 +791,6 @@ def check_setting(setting: Setting) -> None:
     ``record`` returns a dict of scalar metrics. A mistake raises a one-line
     :class:`~dpjax.config.ConfigError` naming the user's function (qualified name and
     file:line) and the structure expected against the one it returned."""
-    from dpjax._validate import ConfigError
-
-    est = setting.estimator
     where = f"setting {setting.key!r}"
     sim, ini, rec = (describe_function(f) for f in (setting.simulate, setting.init,
                                                      setting.record))
@@ -801,7 +799,15 @@ def check_setting(setting: Setting) -> None:
         truth = setting.example_truth()
     except Exception as exc:  # noqa: BLE001 - reported in one line
         raise ConfigError(f"{where}: drawing the truth fails ({_first_line(exc)})") from None
-    m = setting.plan.block_size
+    block = _check_simulate(setting, key, truth, where, sim)
+    params0, state = _check_init(setting, key, truth, where, ini)
+    _check_step(setting, key, block, params0, state, where, sim, ini)
+    _check_record(setting, state, truth, where, rec)
+
+
+def _check_simulate(setting: Setting, key: jax.Array, truth: Any, where: str, sim: str) -> Any:
+    """The shapes of one block of ``simulate``, of the type the estimator's model returns."""
+    est, m = setting.estimator, setting.plan.block_size
     try:
         block = jax.eval_shape(lambda k: setting.simulate(k, m, truth), key)
     except Exception as exc:  # noqa: BLE001
@@ -819,6 +825,14 @@ def check_setting(setting: Setting) -> None:
                 f"{where}: simulate, {sim}, returned {describe_structure(block)}; estimator "
                 f"{est.name} expects {describe_structure(expected)} (what its model's "
                 "simulate returns)")
+    return block
+
+
+def _check_init(setting: Setting, key: jax.Array, truth: Any, where: str, ini: str
+                ) -> tuple[Any, Any]:
+    """The shapes of ``init``'s start values and of the estimator's state built from them
+    (start values, not a state)."""
+    est = setting.estimator
     try:
         params0 = jax.eval_shape(lambda k: setting.init(k, truth), key)
     except Exception as exc:  # noqa: BLE001
@@ -837,6 +851,14 @@ def check_setting(setting: Setting) -> None:
         raise ConfigError(f"{where}: init, {ini}, returned {describe_structure(params0)}, "
                           f"the estimator's state; it must return the values estimator "
                           f"{est.name} builds its state from{like}")
+    return params0, state
+
+
+def _check_step(setting: Setting, key: jax.Array, block: Any, params0: Any, state: Any,
+                where: str, sim: str, ini: str) -> None:
+    """One step on a batch of ``simulate``'s data keeps the state's structure, shapes and
+    dtypes."""
+    est = setting.estimator
     if est.batching == "disjoint":
         rows = setting.plan.num_records // est.num_steps
     else:
@@ -860,6 +882,10 @@ def check_setting(setting: Setting) -> None:
             f"estimator {est.name} builds the state {describe_structure(state)}, but its step "
             f"returns {describe_structure(new_state)}; return start values of the shapes and "
             "dtypes the step keeps")
+
+
+def _check_record(setting: Setting, state: Any, truth: Any, where: str, rec: str) -> None:
+    """``record`` returns a dict of named scalar metrics."""
     try:
         metrics = jax.eval_shape(setting.record, state, truth)
     except Exception as exc:  # noqa: BLE001
