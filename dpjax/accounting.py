@@ -66,8 +66,8 @@ _FLOAT_KINDS = ("laplace", "gaussian", "gaussian-zcdp", "noisy-ht")
 #: the note every ledger with an (epsilon, delta) Gaussian release carries
 GAUSSIAN_CURVE_NOTE = (
     "Gaussian releases: (epsilon, delta) read off the exact Gaussian privacy curve of the noise "
-    "drawn (Balle & Wang 2018), whatever formula calibrated it (by default the classic "
-    "formula for epsilon <= 1, where it is proven, and the analytic calibration above)"
+    "drawn (Balle & Wang 2018), whatever formula calibrated it (the classic formula, proven "
+    "for epsilon <= 1, or the analytic calibration, exact at every epsilon)"
 )
 
 

@@ -385,21 +385,7 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     keys = [s.key for s in settings]
     if len(set(keys)) != len(keys):
         raise ValueError(f"experiment {experiment.name!r} has duplicate setting keys")
-    # Everything that changes results (not reps or chunking, which only add or split work):
-    # config.json's fingerprint, which dpjax run --all compares with the committed run's.
-    fp = results.fingerprint(
-        {"experiment": experiment.name, "config": config.to_dict(), "seed": seed, "format": 2,
-         "settings": [[s.key, s.columns, list(s.levels)] for s in settings]}
-    )
-    # The chunk store's: the same, except what a study may grow (the list settings: grids of
-    # levels or of settings). Each stored chunk names its setting, its repetitions and its
-    # levels, and check_settings refuses a setting whose shape changed, so a grown study
-    # reuses exactly the (setting, level, repetition) results it shares with the stored ones.
-    grids = [f.name for f in config.fields() if f.is_list]
-    store_fp = results.fingerprint(
-        {"experiment": experiment.name, "seed": seed, "format": 3,
-         "config": {k: v for k, v in config.to_dict().items() if k not in grids}}
-    )
+    fp, store_fp, grids = _fingerprints(experiment, config, seed, settings)
     _check_callbacks(settings)
     _check_memory(settings)
     _make_out_dir(out)
@@ -408,38 +394,17 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
         "experiment": experiment.name, "config": config.to_dict(), "seed": seed},
         growable=grids)
     store.check_settings({s.key: _signature(s) for s in settings})
-    total = reps * len(settings)
     show = progress and jax.process_index() == 0
-    bar = sweep.default_progress(total, experiment.name) if show else None
+    bar = sweep.default_progress(reps * len(settings), experiment.name) if show else None
     traces: dict[str, dict[str, np.ndarray]] = {}
     setting_meta = []
     try:
         for s in settings:
-            # the sweep plans the run once: data mode, chunk size, and the chunks (stored ones
-            # keep their ranges, new repetitions are cut into chunks that fit the budget)
-            plan = sweep.plan_run(s, reps, stored=store.ranges(s.key), chunk_size=chunk_size,
-                                  memory_budget_gb=memory_budget_gb, num_devices=num_devices,
-                                  data_mode=data_mode)
-            mode, chunk = plan.data_mode, plan.chunk_size
-            store.prune(s.key, plan.bounds)
-            store.set_bounds(s.key, plan.bounds)
-            t0 = time.perf_counter()
-            traces[s.key] = sweep.run_setting(
-                s, reps=reps, seed=seed, plan=plan, store=store,
-                progress=bar.update if bar is not None else None, num_devices=num_devices,
-            )
-            metrics, events = sweep.split_events(traces[s.key], sweep.event_structure(s))
-            traces[s.key] = metrics
-            try:
-                levels = [{"hparams": dict(lv), "ledger": _ledger(s, lv, li, events)}
-                          for li, lv in enumerate(s.levels)]
-            except PrivacyBudgetError:  # nothing is returned: the chunks go too
-                if jax.process_index() == 0:
-                    store.discard(s.key)
-                raise
-            setting_meta.append(
-                {"key": s.key, "columns": s.columns, "chunk_size": chunk, "data_mode": mode,
-                 "seconds": round(time.perf_counter() - t0, 3), "levels": levels})
+            traces[s.key], meta = _run_one(
+                s, store, reps=reps, seed=seed, chunk_size=chunk_size,
+                memory_budget_gb=memory_budget_gb, num_devices=num_devices,
+                data_mode=data_mode, progress=bar.update if bar is not None else None)
+            setting_meta.append(meta)
     finally:
         if bar is not None:
             bar.close()
@@ -453,6 +418,54 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     col_keys = list(dict.fromkeys(k for s in settings for k in s.columns))
     by = ["experiment", *col_keys, *level_keys]
     return rows, iter_rows, by, setting_meta, fp, traces
+
+
+def _fingerprints(experiment, config, seed, settings) -> tuple[str, str, list[str]]:
+    """``(fp, store_fp, grids)``: config.json's fingerprint (everything that changes results,
+    not reps or chunking, which only add or split work; ``dpjax run --all`` compares it with
+    the committed run's), the chunk store's (the same, except what a study may grow: the list
+    settings, ``grids``, whether grids of levels or of settings). Each stored chunk names its
+    setting, its repetitions and its levels, and ``check_settings`` refuses a setting whose
+    shape changed, so a grown study reuses exactly the (setting, level, repetition) results it
+    shares with the stored ones."""
+    fp = results.fingerprint(
+        {"experiment": experiment.name, "config": config.to_dict(), "seed": seed, "format": 2,
+         "settings": [[s.key, s.columns, list(s.levels)] for s in settings]}
+    )
+    grids = [f.name for f in config.fields() if f.is_list]
+    store_fp = results.fingerprint(
+        {"experiment": experiment.name, "seed": seed, "format": 3,
+         "config": {k: v for k, v in config.to_dict().items() if k not in grids}}
+    )
+    return fp, store_fp, grids
+
+
+def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | None,
+             memory_budget_gb: float | None, num_devices: int | None, data_mode: str,
+             progress: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """One setting through the sweep: its metrics and its entry of config.json's settings
+    (with every level's ledger). A level the ledger refuses discards the setting's chunks."""
+    # the sweep plans the run once: data mode, chunk size, and the chunks (stored ones keep
+    # their ranges, new repetitions are cut into chunks that fit the budget)
+    plan = sweep.plan_run(s, reps, stored=store.ranges(s.key), chunk_size=chunk_size,
+                          memory_budget_gb=memory_budget_gb, num_devices=num_devices,
+                          data_mode=data_mode)
+    store.prune(s.key, plan.bounds)
+    store.set_bounds(s.key, plan.bounds)
+    t0 = time.perf_counter()
+    trace = sweep.run_setting(s, reps=reps, seed=seed, plan=plan, store=store,
+                              progress=progress, num_devices=num_devices)
+    metrics, events = sweep.split_events(trace, sweep.event_structure(s))
+    try:
+        levels = [{"hparams": dict(lv), "ledger": _ledger(s, lv, li, events)}
+                  for li, lv in enumerate(s.levels)]
+    except PrivacyBudgetError:  # nothing is returned: the chunks go too
+        if jax.process_index() == 0:
+            store.discard(s.key)
+        raise
+    return metrics, {"key": s.key, "columns": s.columns, "chunk_size": plan.chunk_size,
+                     "data_mode": plan.data_mode,
+                     "seconds": round(time.perf_counter() - t0, 3), "levels": levels}
 
 
 def _signature(s: Setting) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dpjax import _cpu_prng, _validate
+from dpjax._validate import ConfigError
 from dpjax.base import Estimator, run
 
 # Studies draw most of their time's random numbers: JAX's unrolled threefry on CPU (same bits).
@@ -550,91 +551,20 @@ def run_setting(
     reps = _validate.check_int_in_range(reps, "reps", 1)
     chunk_size = reps if chunk_size is None else chunk_size
     bounds = chunk_bounds(reps, chunk_size) if bounds is None else list(bounds)
-    devices = len(jax.devices()) if num_devices is None else num_devices
-    devices = max(1, min(devices, chunk_size))
-    kernel = make_kernel(
-        setting.estimator, setting.simulate, setting.init, setting.record, setting.plan,
-        data_mode, devices, setting.draw_truth, setting.final_only,
-    )
-    # Host (NumPy) inputs: valid global values under multi-process JAX as well.
-    data_key, noise_key = (
-        np.asarray(jax.random.key_data(k))
-        for k in study_keys(seed, setting.key, setting.data_group)
-    )
+    runner = _SettingRunner.build(setting, seed, chunk_size, data_mode, num_devices,
+                                  getattr(store, "tally", None))
     levels = list(setting.levels if levels is None else levels)
-    labels = [level_label(lv) for lv in levels]
-    truth = setting.fixed_truth
-    multi = jax.process_count() > 1
-    primary = jax.process_index() == 0
-    rep_sharding = _rep_sharding(devices)[1] if devices > 1 else None
-    # Pad every call to a common multiple of the device count: one shape, one compile.
-    padded = math.ceil(chunk_size / devices) * devices
-    growable = store is not None and hasattr(store, "levels_of")
-    tally = getattr(store, "tally", None)
-
-    def compute(a: int, b: int, lvls: Sequence[dict[str, float]]) -> dict[str, np.ndarray]:
-        """Repetitions ``a .. b - 1`` of levels ``lvls``, in calls of ``padded`` repetitions."""
-        hparams = jax.tree_util.tree_map(np.asarray, setting.hparams(lvls))
-        ids = setting.level_ids(lvls)
-        parts = []
-        for a2 in range(a, b, padded):
-            idx = np.arange(a2, a2 + padded, dtype=np.uint32)
-            if rep_sharding is not None:
-                reps_in = jax.make_array_from_callback((padded,), rep_sharding,
-                                                       lambda index, idx=idx: idx[index])
-            else:
-                reps_in = idx
-            res = kernel(reps_in, data_key, noise_key, truth, hparams, ids)
-            if multi:
-                from jax.experimental import multihost_utils
-
-                res = multihost_utils.process_allgather(res, tiled=True)
-            res = jax.device_get(res)
-            if not isinstance(res, dict):
-                raise TypeError("a setting's record must return a dict of named metrics")
-            parts.append({k: np.asarray(v)[: min(padded, b - a2)] for k, v in res.items()})
-        arr = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
-        bad = [k for k, v in arr.items()
-               if not k.startswith(EVENT_PREFIX) and not np.isfinite(v).all()]
-        if bad:
-            raise FloatingPointError(
-                f"setting {setting.key!r}: non-finite {bad} in repetitions {a}..{b - 1}"
-            )
-        if tally is not None:
-            tally(computed=(b - a) * len(lvls))
-        return arr
-
     out = []
     for i, (a, b) in enumerate(bounds):
         if a >= reps:
             break
-        done = store is not None and store.has(setting.key, i)
-        if multi:  # every process must take the same branch: process 0 decides
-            from jax.experimental import multihost_utils
-
-            done = bool(multihost_utils.broadcast_one_to_all(np.asarray(done)))
-        if done:
-            arr = store.load(setting.key, i) if primary else None
-            stored = list(store.levels_of(setting.key, i) or labels) if growable else labels
-            missing = [lv for lv, lab in zip(levels, labels) if lab not in stored]
-            if missing:  # the study grew: these levels' draws, for the stored repetitions
-                new = compute(a, b, missing)
-                if primary:
-                    arr = {k: np.concatenate([arr[k], new[k]], axis=1) for k in arr}
-                    stored = stored + [level_label(lv) for lv in missing]
-                    store.save_levels(setting.key, i, stored)
-                    store.save(setting.key, i, arr)
-            if primary:
-                if tally is not None:
-                    tally(reused=(min(b, reps) - a) * (len(levels) - len(missing)))
-                if stored != labels:  # the levels asked for, in their order
-                    pick = np.array([stored.index(lab) for lab in labels])
-                    arr = {k: v[:, pick] for k, v in arr.items()}
+        if _is_stored(store, setting.key, i):
+            arr = _reuse_chunk(runner, store, i, a, b, reps, levels)
         else:
-            arr = compute(a, b, levels)
-            if store is not None and primary:
-                if growable:
-                    store.save_levels(setting.key, i, labels)
+            arr = runner.compute(a, b, levels)
+            if store is not None and runner.primary:
+                if hasattr(store, "levels_of"):
+                    store.save_levels(setting.key, i, [level_label(lv) for lv in levels])
                 store.save(setting.key, i, arr)
         if arr is not None and b > reps:
             arr = {k: v[: reps - a] for k, v in arr.items()}
@@ -644,6 +574,123 @@ def run_setting(
     if any(o is None for o in out):  # a non-zero process skipped chunks process 0 had stored
         return {}
     return {k: np.concatenate([o[k] for o in out], axis=0) for k in out[0]}
+
+
+@dataclasses.dataclass(frozen=True)
+class _SettingRunner:
+    """One setting's compiled kernel and its inputs: :meth:`compute` runs repetitions
+    ``a .. b - 1`` of some levels, in kernel calls of ``padded`` repetitions (one shape, one
+    compile)."""
+
+    setting: Setting
+    kernel: Callable[..., Any]
+    data_key: np.ndarray
+    noise_key: np.ndarray
+    padded: int
+    rep_sharding: Any
+    multi: bool
+    primary: bool
+    tally: Callable[..., None] | None
+
+    @classmethod
+    def build(cls, setting: Setting, seed: int, chunk_size: int, data_mode: str,
+              num_devices: int | None, tally: Callable[..., None] | None) -> _SettingRunner:
+        devices = len(jax.devices()) if num_devices is None else num_devices
+        devices = max(1, min(devices, chunk_size))
+        kernel = make_kernel(
+            setting.estimator, setting.simulate, setting.init, setting.record, setting.plan,
+            data_mode, devices, setting.draw_truth, setting.final_only,
+        )
+        # Host (NumPy) inputs: valid global values under multi-process JAX as well.
+        data_key, noise_key = (
+            np.asarray(jax.random.key_data(k))
+            for k in study_keys(seed, setting.key, setting.data_group)
+        )
+        return cls(setting, kernel, data_key, noise_key,
+                   # a common multiple of the device count: one shape, one compile
+                   math.ceil(chunk_size / devices) * devices,
+                   _rep_sharding(devices)[1] if devices > 1 else None,
+                   jax.process_count() > 1, jax.process_index() == 0, tally)
+
+    def compute(self, a: int, b: int, lvls: Sequence[dict[str, float]]
+                ) -> dict[str, np.ndarray]:
+        """Repetitions ``a .. b - 1`` of levels ``lvls``: ``metric -> (b - a, len(lvls), ...)``;
+        a non-finite metric (other than an event) raises."""
+        setting, padded = self.setting, self.padded
+        hparams = jax.tree_util.tree_map(np.asarray, setting.hparams(lvls))
+        ids = setting.level_ids(lvls)
+        parts = []
+        for a2 in range(a, b, padded):
+            parts.append({k: v[: min(padded, b - a2)]
+                          for k, v in self._call(a2, hparams, ids).items()})
+        arr = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
+        bad = [k for k, v in arr.items()
+               if not k.startswith(EVENT_PREFIX) and not np.isfinite(v).all()]
+        if bad:
+            raise FloatingPointError(
+                f"setting {setting.key!r}: non-finite {bad} in repetitions {a}..{b - 1}"
+            )
+        if self.tally is not None:
+            self.tally(computed=(b - a) * len(lvls))
+        return arr
+
+    def _call(self, start: int, hparams: Any, ids: Any) -> dict[str, np.ndarray]:
+        """One kernel call: repetitions ``start .. start + padded - 1``, on the host."""
+        idx = np.arange(start, start + self.padded, dtype=np.uint32)
+        if self.rep_sharding is not None:
+            reps_in = jax.make_array_from_callback((self.padded,), self.rep_sharding,
+                                                   lambda index: idx[index])
+        else:
+            reps_in = idx
+        res = self.kernel(reps_in, self.data_key, self.noise_key, self.setting.fixed_truth,
+                          hparams, ids)
+        if self.multi:
+            from jax.experimental import multihost_utils
+
+            res = multihost_utils.process_allgather(res, tiled=True)
+        res = jax.device_get(res)
+        if not isinstance(res, dict):
+            raise TypeError("a setting's record must return a dict of named metrics")
+        return {k: np.asarray(v) for k, v in res.items()}
+
+
+def _is_stored(store: Any, key: str, i: int) -> bool:
+    """Whether chunk ``i`` of setting ``key`` is stored; under multi-process JAX every process
+    takes process 0's answer (they must take the same branch)."""
+    done = store is not None and store.has(key, i)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        done = bool(multihost_utils.broadcast_one_to_all(np.asarray(done)))
+    return done
+
+
+def _reuse_chunk(runner: _SettingRunner, store: Any, i: int, a: int, b: int, reps: int,
+                 levels: Sequence[dict[str, float]]) -> dict[str, np.ndarray] | None:
+    """Stored chunk ``i`` (repetitions ``a .. b - 1``) with the levels asked for, in their
+    order: levels it lacks (the study grew) are computed, and the chunk is rewritten with
+    every level. ``None`` on a non-zero process (only process 0 reads the store)."""
+    key, primary = runner.setting.key, runner.primary
+    labels = [level_label(lv) for lv in levels]
+    arr = store.load(key, i) if primary else None
+    growable = hasattr(store, "levels_of")
+    stored = list(store.levels_of(key, i) or labels) if growable else labels
+    missing = [lv for lv, lab in zip(levels, labels) if lab not in stored]
+    if missing:  # the study grew: these levels' draws, for the stored repetitions
+        new = runner.compute(a, b, missing)
+        if primary:
+            arr = {k: np.concatenate([arr[k], new[k]], axis=1) for k in arr}
+            stored = stored + [level_label(lv) for lv in missing]
+            store.save_levels(key, i, stored)
+            store.save(key, i, arr)
+    if not primary:
+        return None
+    if runner.tally is not None:
+        runner.tally(reused=(min(b, reps) - a) * (len(levels) - len(missing)))
+    if stored != labels:  # the levels asked for, in their order
+        pick = np.array([stored.index(lab) for lab in labels])
+        arr = {k: v[:, pick] for k, v in arr.items()}
+    return arr
 
 
 # --------------------------------------------------------------------------------------------
@@ -744,9 +791,6 @@ def check_setting(setting: Setting) -> None:
     ``record`` returns a dict of scalar metrics. A mistake raises a one-line
     :class:`~dpjax.config.ConfigError` naming the user's function (qualified name and
     file:line) and the structure expected against the one it returned."""
-    from dpjax._validate import ConfigError
-
-    est = setting.estimator
     where = f"setting {setting.key!r}"
     sim, ini, rec = (describe_function(f) for f in (setting.simulate, setting.init,
                                                      setting.record))
@@ -755,7 +799,15 @@ def check_setting(setting: Setting) -> None:
         truth = setting.example_truth()
     except Exception as exc:  # noqa: BLE001 - reported in one line
         raise ConfigError(f"{where}: drawing the truth fails ({_first_line(exc)})") from None
-    m = setting.plan.block_size
+    block = _check_simulate(setting, key, truth, where, sim)
+    params0, state = _check_init(setting, key, truth, where, ini)
+    _check_step(setting, key, block, params0, state, where, sim, ini)
+    _check_record(setting, state, truth, where, rec)
+
+
+def _check_simulate(setting: Setting, key: jax.Array, truth: Any, where: str, sim: str) -> Any:
+    """The shapes of one block of ``simulate``, of the type the estimator's model returns."""
+    est, m = setting.estimator, setting.plan.block_size
     try:
         block = jax.eval_shape(lambda k: setting.simulate(k, m, truth), key)
     except Exception as exc:  # noqa: BLE001
@@ -773,6 +825,14 @@ def check_setting(setting: Setting) -> None:
                 f"{where}: simulate, {sim}, returned {describe_structure(block)}; estimator "
                 f"{est.name} expects {describe_structure(expected)} (what its model's "
                 "simulate returns)")
+    return block
+
+
+def _check_init(setting: Setting, key: jax.Array, truth: Any, where: str, ini: str
+                ) -> tuple[Any, Any]:
+    """The shapes of ``init``'s start values and of the estimator's state built from them
+    (start values, not a state)."""
+    est = setting.estimator
     try:
         params0 = jax.eval_shape(lambda k: setting.init(k, truth), key)
     except Exception as exc:  # noqa: BLE001
@@ -791,6 +851,14 @@ def check_setting(setting: Setting) -> None:
         raise ConfigError(f"{where}: init, {ini}, returned {describe_structure(params0)}, "
                           f"the estimator's state; it must return the values estimator "
                           f"{est.name} builds its state from{like}")
+    return params0, state
+
+
+def _check_step(setting: Setting, key: jax.Array, block: Any, params0: Any, state: Any,
+                where: str, sim: str, ini: str) -> None:
+    """One step on a batch of ``simulate``'s data keeps the state's structure, shapes and
+    dtypes."""
+    est = setting.estimator
     if est.batching == "disjoint":
         rows = setting.plan.num_records // est.num_steps
     else:
@@ -814,6 +882,10 @@ def check_setting(setting: Setting) -> None:
             f"estimator {est.name} builds the state {describe_structure(state)}, but its step "
             f"returns {describe_structure(new_state)}; return start values of the shapes and "
             "dtypes the step keeps")
+
+
+def _check_record(setting: Setting, state: Any, truth: Any, where: str, rec: str) -> None:
+    """``record`` returns a dict of named scalar metrics."""
     try:
         metrics = jax.eval_shape(setting.record, state, truth)
     except Exception as exc:  # noqa: BLE001
