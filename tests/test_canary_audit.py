@@ -515,7 +515,7 @@ CAUGHT = {
     "ldp-gem/rmc/one-user": PLANTS_BOTH, "ldp-nldp/one-user": PLANTS_BOTH,
     "ldp-nldp/per-user/one-user": PLANTS_BOTH, "ldp-public/one-user": PLANTS_BOTH,
     "ldp-iht/one-user": NOISE,
-    "ld-dp-em/gmm": NOISE, "ld-dp-em/mor": NOISE,
+    "ld-dp-em/gmm": PLANTS_BOTH, "ld-dp-em/mor": NOISE,
     "ld-dp-em/rmc": NOISE, "dp-gem/gmm": PLANTS_BOTH, "clipped-gem/gmm": PLANTS_BOTH,
     "dp-gem/mor": PLANTS_BOTH, "clipped-gem/mor": PLANTS_BOTH, "dp-2s-gd/paper": PLANTS_BOTH,
     "dp-2s-gd/tight": PLANTS_BOTH, "dp-mean": PLANTS_BOTH, "dp-gem/rmc": PLANTS_BOTH,
@@ -527,7 +527,8 @@ CAUGHT = {
 
 
 # the table's rows at other trial counts than 4000 (docs/audits.md)
-TABLE_TRIALS = {"hd-dp-em/gmm/one-step": 16000, "alg5-noisy-iht/logistic/one-step": 16000,
+TABLE_TRIALS = {"ld-dp-em/gmm": 16000, "hd-dp-em/gmm/one-step": 16000,
+                "alg5-noisy-iht/logistic/one-step": 16000,
                 "hd-dp-em/rmc/one-step": 64000, "ld-dp-em/rmc/one-step": 16000,
                 "ldp-gem/gmm/one-user": 16000, "ldp-gem/mor/one-user": 16000,
                 "ldp-gem/rmc/one-user": 16000, "ldp-nldp/one-user": 16000,
