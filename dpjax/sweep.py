@@ -558,7 +558,7 @@ def run_setting(
     for i, (a, b) in enumerate(bounds):
         if a >= reps:
             break
-        if _is_stored(store, setting.key, i):
+        if _is_stored(store, setting.key, i, runner.multi):
             arr = _reuse_chunk(runner, store, i, a, b, reps, levels)
         else:
             arr = runner.compute(a, b, levels)
@@ -654,11 +654,11 @@ class _SettingRunner:
         return {k: np.asarray(v) for k, v in res.items()}
 
 
-def _is_stored(store: Any, key: str, i: int) -> bool:
-    """Whether chunk ``i`` of setting ``key`` is stored; under multi-process JAX every process
-    takes process 0's answer (they must take the same branch)."""
+def _is_stored(store: Any, key: str, i: int, multi: bool) -> bool:
+    """Whether chunk ``i`` of setting ``key`` is stored; under multi-process JAX (``multi``)
+    every process takes process 0's answer (they must take the same branch)."""
     done = store is not None and store.has(key, i)
-    if jax.process_count() > 1:
+    if multi:
         from jax.experimental import multihost_utils
 
         done = bool(multihost_utils.broadcast_one_to_all(np.asarray(done)))
