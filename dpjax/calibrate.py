@@ -90,6 +90,43 @@ class Calibration(NamedTuple):
     delivered: Any
     ledger: Any
 
+    def __repr__(self) -> str:
+        """One readable line: the estimator, the factor, the target and what is delivered
+        (each per level for a grid), and the calibrated hyperparameters; the whole ledger is
+        ``.ledger``."""
+        grid = np.ndim(self.factor) != 0
+        ledgers = self.ledger if grid else [self.ledger]
+        names = {getattr(led, "estimator", None) for led in ledgers} - {None}
+        head = ", ".join(sorted(names)) or "estimator"
+        if grid:
+            head += f", {len(ledgers)} levels"
+
+        def budgets(value: Any) -> str:
+            return f"[{', '.join(map(str, value))}]" if grid else str(value)
+
+        factor = np.asarray(self.factor, np.float64)
+        return (f"Calibration({head}: factor {_numbers(factor)}, target "
+                f"{budgets(self.target)}, delivered {budgets(self.delivered)}; hparams "
+                f"{_show_hparams(self.hparams)})")
+
+
+def _numbers(arr: Any) -> str:
+    """``1.92`` or ``[1.92, 1.5]``: 6 significant digits."""
+    arr = np.asarray(arr)
+    if arr.ndim == 0:
+        return f"{float(arr):.6g}"
+    return "[" + ", ".join(f"{float(v):.6g}" for v in arr.ravel()) + "]"
+
+
+def _show_hparams(hparams: Any) -> str:
+    """``MeanHyperparams(epsilon=0.576, delta=0.0025, clip=2)``."""
+    fields = getattr(hparams, "_fields", None)
+    if fields is None:
+        return repr(hparams)
+    inner = ", ".join(f"{f}={_numbers(np.asarray(v, np.float64))}"
+                      for f, v in zip(fields, hparams))
+    return f"{type(hparams).__name__}({inner})"
+
 
 def budget_fields(hparams: Any) -> tuple[str, ...]:
     """The fields a calibration scales: every field named ``epsilon*`` or ``rho*``."""
