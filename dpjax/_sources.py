@@ -195,7 +195,14 @@ def _import(base: str, spec: str) -> Any:
         if exc.name is not None and base.startswith(exc.name):
             raise ConfigError(f"{spec}: no module named {exc.name!r} (on the Python path or "
                               "in the current directory)") from None
-        raise
+        raise ConfigError(f"{spec}: {type(exc).__name__}: {exc} (while importing the "
+                          "module)") from None
+    except SyntaxError as exc:
+        raise ConfigError(_load_error(Path(exc.filename or base), exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the user's module: one line, not a traceback
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConfigError(f"{spec}: {type(exc).__name__}: {text} (while importing the "
+                          "module)") from None
     finally:
         if added:
             with contextlib.suppress(ValueError):

@@ -238,6 +238,31 @@ def test_a_study_file_that_does_not_load_is_file_line_message(study_file, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+def test_help_and_list_of_a_broken_file_are_one_line(study_file, tmp_path, capsys):
+    study_file.write_text(STUDY.replace('MODEL = GLM("logistic")', 'MODEL = GLM("logistic"'))
+    for argv in (["run", str(study_file), "--help"], ["list", str(study_file)]):
+        err = _one_line(capsys, argv)
+        assert f"{study_file}:12: SyntaxError" in err
+
+
+def test_a_module_that_does_not_import_is_one_line(tmp_path, monkeypatch, capsys):
+    pkg = tmp_path / "brokenpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "studies.py").write_text("x = (\n")
+    (pkg / "raising.py").write_text("raise RuntimeError('no data here')\n")
+    monkeypatch.chdir(tmp_path)
+    try:
+        err = _one_line(capsys, _run("brokenpkg.studies:x", tmp_path / "out"))
+        assert f"{pkg / 'studies.py'}:1: SyntaxError" in err
+        err = _one_line(capsys, _run("brokenpkg.raising:x", tmp_path / "out"))
+        assert "brokenpkg.raising:x: RuntimeError: no data here (while importing the module)" \
+            in err
+    finally:
+        for name in ("brokenpkg", "brokenpkg.studies", "brokenpkg.raising"):
+            sys.modules.pop(name, None)
+
+
 # ---- item 6: plot NAME and list FILE for a study file ------------------------------------------
 
 
@@ -293,3 +318,13 @@ def test_the_iv_display_columns_are_declared():
     with pytest.raises(study.ConfigError, match="level key 'rho' is read by no estimator"):
         study._check_levels(undeclared, settings)
     assert math.isinf(settings[0].levels[0]["rho1"])
+
+
+@pytest.mark.slow  # every bundled experiment's settings at its quick size (about 2 minutes)
+def test_every_bundled_experiment_passes_the_level_and_metric_checks():
+    from dpjax.experiments import registry
+
+    for exp in registry().values():
+        settings = study._study_settings(exp, exp.quick or exp.defaults)
+        study._check_levels(exp, settings)
+        study._check_metrics(settings[0], ("error", *exp.summary_extra))
