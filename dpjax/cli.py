@@ -236,7 +236,9 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
                      "budget)")
     run.add_argument("--memory-budget", type=float, default=None, metavar="GB",
                      help="memory budget of each device's share of a chunk of repetitions, in "
-                     "GB (default 0.1 on CPU, 2 on an accelerator); ignored with --chunk-size")
+                     "GB (default: from the device's memory, an eighth of the machine's on "
+                     "CPU shared by its devices, a quarter of an accelerator's); ignored with "
+                     "--chunk-size")
     run.add_argument("--cpu-devices", type=int, default=0, metavar="N",
                      help="shard repetitions over N JAX CPU devices (default 0: one per core; "
                      "1: JAX's single device). An XLA_FLAGS or JAX_NUM_CPU_DEVICES device "
