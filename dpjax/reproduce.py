@@ -3,7 +3,10 @@
 Every registered experiment that has a committed report (``experiments/reports/NAME/`` with a
 ``summary.csv``) runs again at the settings of that report, each in ``DIR/NAME`` (so a rerun
 resumes every study from its completed chunks, as ``dpjax run NAME`` does), and then each
-regenerated ``summary.csv`` is compared with the committed one.
+regenerated ``summary.csv`` is compared with the committed one. Each study runs in its own
+process, ``--jobs`` of them at once (:func:`default_jobs`), all on one persistent compilation
+cache; each study's line and ``DIR/reproduction.json`` give its time, the programs it compiled
+and the seconds spent compiling them (:mod:`dpjax._compiles`).
 
 Settings of a report: its ``config.json`` (the resolved configuration, seed, repetitions and
 ``--quick`` flag of the committed run) where the folder has one; else the experiment's defaults
