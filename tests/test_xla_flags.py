@@ -73,3 +73,23 @@ def test_cpu_bit_for_bit_tests_are_skipped_on_another_backend(monkeypatch):
         with pytest.raises(pytest.skip.Exception, match="bit-for-bit .* CPU .* on gpu"):
             conftest.pytest_runtest_setup(Item(*marks))
         conftest.pytest_runtest_setup(Item("quick"))  # any other test runs on any backend
+
+
+@pytest.mark.slow
+def test_the_gpu_quick_tier_script_runs_here(tmp_path):
+    """benchmarks/gpu_quick.sh, on this machine's backend with one test of the quick tier: the
+    versions, the probed flags and pytest's result in OUTDIR."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XLA_FLAGS", "DPJAX_TEST_XLA_FLAGS", "DPJAX_TEST_USER_XLA_FLAGS")}
+    env |= {"WORKERS": "1", "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", "benchmarks/gpu_quick.sh", str(tmp_path), "240",
+                           "-k", "test_a_chunk_round_trips_with_its_header"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "MISSING" not in (tmp_path / "versions.txt").read_text()
+    assert "--xla_force_host_platform_device_count=4" in (tmp_path / "flags.txt").read_text()
+    result = (tmp_path / "result.txt").read_text()
+    assert "1 passed" in result and "pytest exit status 0" in result
