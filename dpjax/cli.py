@@ -36,19 +36,25 @@ def enable_compile_cache(cache_dir: str | None = None) -> str:
     quick its compile (the default threshold of one second would skip the small ones).
     Returns the directory.
     """
-    import os
-
     import jax
 
-    if cache_dir is None:
-        cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    cache_dir = cache_dir or compile_cache_dir()
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return cache_dir
+
+
+def compile_cache_dir() -> str:
+    """The persistent compilation cache's directory: ``$JAX_COMPILATION_CACHE_DIR`` if set,
+    else ``$XDG_CACHE_HOME/dpjax/jax`` (``~/.cache/dpjax/jax``)."""
+    import os
+
+    cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR")
     if not cache_dir:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
                                                                  ".cache")
         cache_dir = os.path.join(base, "dpjax", "jax")
-    jax.config.update("jax_compilation_cache_dir", cache_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return cache_dir
 
 
@@ -209,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run_one_study(argv: list[str]) -> int:
     from dpjax import reproduce
 
-    def setup(cpu_devices: int) -> None:
+    def setup(cpu_devices: int, cache_dir: str | None = None) -> None:
         set_cpu_devices(cpu_devices)
-        enable_compile_cache()
+        enable_compile_cache(cache_dir)
 
     return reproduce.child(argv, _registry(), setup)
 
@@ -243,7 +249,9 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
                      "budget)")
     run.add_argument("--memory-budget", type=float, default=None, metavar="GB",
                      help="memory budget of each device's share of a chunk of repetitions, in "
-                     "GB (default 0.1 on CPU, 2 on an accelerator); ignored with --chunk-size")
+                     "GB (default: from the device's memory, an eighth of the machine's on "
+                     "CPU shared by its devices, a quarter of an accelerator's); ignored with "
+                     "--chunk-size")
     run.add_argument("--cpu-devices", type=int, default=0, metavar="N",
                      help="shard repetitions over N JAX CPU devices (default 0: one per core; "
                      "1: JAX's single device). An XLA_FLAGS or JAX_NUM_CPU_DEVICES device "
@@ -334,6 +342,9 @@ def _all_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-devices", type=int, default=0, metavar="N")
     p.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto")
     p.add_argument("--no-progress", action="store_true", help="no per-study progress bar")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="studies run at once, each in its own process, sharing one "
+                   "compilation cache (default: half the cores, at most 8; 1 on 2 cores)")
     return p
 
 
@@ -345,13 +356,19 @@ def _run_all(args: argparse.Namespace) -> int:
 
     reports = args.reports or os.path.join(os.path.dirname(_experiments().__file__), "reports")
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    from dpjax._validate import ConfigError
+
+    jobs = reproduce.default_jobs() if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1; got {jobs}")
     # every study runs in its own process (see dpjax.reproduce._run_isolated), which sets up
-    # its JAX CPU devices and compilation cache itself
+    # its JAX CPU devices and the compilation cache they all share
     return reproduce.reproduce(_registry(), args.out, reports, only=only,
                                compare_only=args.compare_only, z=args.z,
                                progress=not args.no_progress, isolate=True,
                                cpu_devices=args.cpu_devices, data_mode=args.data_mode,
-                               memory_budget_gb=args.memory_budget)
+                               memory_budget_gb=args.memory_budget, jobs=jobs,
+                               compile_cache_dir=compile_cache_dir())
 
 
 def _plot(name: str | None, out_dir: str) -> int:

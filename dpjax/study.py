@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from dpjax import _validate, plotting, results, sweep
+from dpjax import _compiles, _validate, plotting, results, sweep
 from dpjax._validate import ConfigError
 from dpjax.accounting import PrivacyBudgetError, check_delivers
 from dpjax.config import Config, make_config
@@ -481,10 +481,13 @@ def run_experiment(
         raise ConfigError(f"--memory-budget must be > 0 (GB); got {memory_budget_gb}")
     out = Path(out_dir)
     _check_out_dir(out)
-    rows, iter_rows, by, setting_meta, fp, traces = _run_settings(
-        experiment, config, out, reps, seed, chunk_size, progress, data_mode,
-        memory_budget_gb, num_devices, overrides,
-    )
+    t0 = time.perf_counter()
+    with _compiles.tally() as compiles:  # JAX's compile events: programs and their seconds
+        rows, iter_rows, by, setting_meta, fp, traces = _run_settings(
+            experiment, config, out, reps, seed, chunk_size, progress, data_mode,
+            memory_budget_gb, num_devices, overrides,
+        )
+    timing = {"seconds": round(time.perf_counter() - t0, 3), **compiles.to_dict()}
     if jax.process_index() != 0:  # multi-host: process 0 holds the gathered results and writes
         return StudyOutput(out, [], [], [], {}, {})
     summary = results.summarise(rows, by, extra=experiment.summary_extra)
@@ -502,6 +505,7 @@ def run_experiment(
         "fingerprint": fp,
         **({"source": dict(source)} if source is not None else {}),
         "environment": results.environment(),
+        "timing": timing,
         "settings": setting_meta,
     }
     results.write_json(out / "config.json", meta)
@@ -638,8 +642,9 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
     store.prune(s.key, plan.bounds)
     store.set_bounds(s.key, plan.bounds)
     t0 = time.perf_counter()
-    trace = sweep.run_setting(s, reps=reps, seed=seed, plan=plan, store=store,
-                              progress=progress, num_devices=num_devices)
+    with _compiles.tally() as compiles:
+        trace = sweep.run_setting(s, reps=reps, seed=seed, plan=plan, store=store,
+                                  progress=progress, num_devices=num_devices)
     metrics, events = sweep.split_events(trace, sweep.event_structure(s))
     try:
         levels = [{"hparams": dict(lv), "ledger": _ledger(s, lv, li, events)}
@@ -650,7 +655,8 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
         raise
     return metrics, {"key": s.key, "columns": s.columns, "chunk_size": plan.chunk_size,
                      "data_mode": plan.data_mode,
-                     "seconds": round(time.perf_counter() - t0, 3), "levels": levels}
+                     "seconds": round(time.perf_counter() - t0, 3), **compiles.to_dict(),
+                     "levels": levels}
 
 
 def _signature(s: Setting) -> dict[str, Any]:
