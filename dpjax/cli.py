@@ -1,13 +1,16 @@
 """The ``dpjax`` command.
 
-``dpjax list``                      the experiments (bundled, and installed packages')
+``dpjax list [my_study.py]``        the experiments (bundled, and installed packages'), or
+                                    those a study file or module defines
 ``dpjax run NAME --out DIR [...]``  run one (resumable; see ``dpjax run --help``); NAME is a
                                     bundled experiment, a study file of your own
                                     (``my_study.py``, ``my_study.py:NAME``), a module
                                     (``package.module:NAME``) or an installed package's
                                     experiment (entry-point group ``dpjax.experiments``)
 ``dpjax run --all --out DIR``       every committed report again, compared (dpjax.reproduce)
-``dpjax plot [NAME] --out DIR``     redraw the figure of a finished run
+``dpjax plot [NAME] --out DIR``     redraw the figure of a finished run (NAME: a bundled
+                                    experiment, a file or module, or the name of the study
+                                    whose source DIR/config.json records)
 ``dpjax demo``                      a short example fit with its privacy ledger
 """
 
@@ -222,7 +225,11 @@ def _run_one_study(argv: list[str]) -> int:
 def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = _Suggesting(prog="dpjax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list the experiments")
+    lister = sub.add_parser("list", help="list the experiments (bundled and installed "
+                            "packages'), or those of a study file or module")
+    lister.add_argument("source", nargs="?", default=None,
+                        help="a study file (my_study.py) or module (package.module): list the "
+                        "experiments it defines")
     run = sub.add_parser("run", help="run an experiment and write its results files",
                          epilog=_experiment_help(argv),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -279,7 +286,7 @@ def _main(argv: list[str]) -> int:
         return _run_all(_all_parser().parse_args(argv[1:]))
     args = _build_parser(argv).parse_args(argv)
     if args.command == "list":
-        return _list()
+        return _list() if args.source is None else _list_source(args.source)
     if args.command == "plot":
         return _plot(args.name, args.out)
 
@@ -374,6 +381,8 @@ def _plot(name: str | None, out_dir: str) -> int:
     if name is not None:
         given = _find(name)
         if given is None:
+            given = _recorded(name, out_dir)
+        if given is None:
             raise ConfigError(_unknown_experiment(name))
     meta = read_run(out_dir)
     saved, source = meta["experiment"], meta.get("source")
@@ -392,6 +401,23 @@ def _plot(name: str | None, out_dir: str) -> int:
                           f"'dpjax plot my_study.py:{saved} --out {out_dir}'")
     print(f"wrote {replot(exp, out_dir)}")
     return 0
+
+
+def _recorded(name: str, out_dir: str):
+    """The experiment ``name`` loaded from where DIR/config.json says it came from (a study
+    file or module), when the run there is one of ``name``; else None."""
+    from dpjax import _sources
+    from dpjax._validate import ConfigError
+    from dpjax.study import read_run
+
+    try:
+        meta = read_run(out_dir)
+    except ConfigError:
+        return None
+    source = meta.get("source")
+    if meta["experiment"] != name or not isinstance(source, dict):
+        return None
+    return _sources.load_source(source, f"--out {out_dir}")
 
 
 _REPORT = re.compile(r"experiments/reports/(\w+)\.md")
@@ -428,6 +454,28 @@ def _list() -> int:
               f"{type(exc).__name__}: {exc})")
     print("\na study of your own: dpjax run my_study.py --out DIR (or my_study.py:NAME, "
           "package.module:NAME)")
+    return 0
+
+
+def _list_source(spec: str) -> int:
+    """``dpjax list my_study.py`` (or ``package.module``): the experiments that file or module
+    defines, each with the command that runs it."""
+    import os
+
+    from dpjax import _sources
+
+    base, found = _sources.experiments_in(spec)
+    width = max(len(exp.name) for exp in found.values())
+    for attr, exp in found.items():
+        named = "" if attr == exp.name or attr.startswith("EXPERIMENTS[") else f" [{attr}]"
+        print(f"{exp.name:<{width}}  {exp.title}{named}")
+        if exp.description:
+            print(textwrap.indent(textwrap.fill(exp.description, 88), " " * (width + 2)))
+    is_file = base.endswith(".py") or "/" in base or os.sep in base
+    one = next(iter(found.values())).name
+    # 'dpjax run' reads a dotted or a NAME-suffixed spec as a module, anything else as a file
+    run = f"{base}:NAME" if len(found) > 1 else base if is_file else f"{base}:{one}"
+    print(f"\nrun one: dpjax run {run} --out DIR ('dpjax run {run} --help' lists its settings)")
     return 0
 
 
