@@ -56,7 +56,7 @@ import numpy as np
 from dpjax import _validate, registry
 from dpjax.accounting import ApproxDP, Ledger, Release
 from dpjax.algorithms._boundary import check_model, checked_inputs
-from dpjax.base import Estimator, FitResult, batch_size, fit
+from dpjax.base import Estimator, FitResult, Padded, batch_size, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     gaussian_mechanism,
@@ -147,12 +147,16 @@ def default_hparams(
 
 def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                calibration: Calibration = "paper"):
-    def step(key, state: DPEMState, batch, hp: DPEMHyperparams):
+    def step(key, state: DPEMState, batch, hp: DPEMHyperparams, sizes=None):
         beta = state.beta
         zero = jnp.zeros((), beta.dtype)
         no_support = jnp.zeros((0,), jnp.int32)
         if privatiser in ("noisy-ht", "gaussian"):
-            stat = model.truncated_gradient(beta, batch, hp.truncation)
+            if sizes is None:
+                stat = model.truncated_gradient(beta, batch, hp.truncation)
+            else:  # a padded batch: its mask's rows, n0 = sizes.count (see _padded)
+                stat = model.truncated_gradient(beta, batch, hp.truncation, mask=sizes.mask,
+                                                count=sizes.count.astype(beta.dtype))
             stat = stat.scale(hp.eta).shift(beta)  # beta^{t+0.5}, lambda_t = eta * sens(f_T)
             if privatiser == "noisy-ht":
                 peeled = noisy_hard_threshold(key, stat, s_hat, hp.epsilon, hp.delta,
@@ -211,8 +215,21 @@ def _build(
         if privatiser in ("noisy-ht", "gaussian") else None
     return Estimator(
         name, _init, _make_step(model, privatiser, s_hat, calibration), num_iterations,
-        batching, ledger_fn, check
+        batching, ledger_fn, check, _padded(model, privatiser, s_hat, calibration)
     )
+
+
+@functools.lru_cache(maxsize=512)
+def _padded(model: EMModel, privatiser: Privatiser, s_hat: int | None,
+            calibration: Calibration) -> Padded | None:
+    """The padded form of the private estimators (one program for every ``n`` and ``N0``):
+    the step reads nothing of ``n`` or ``N0`` but the batch's count ``n0``, so it is the same
+    step with the model's masked statistic; ``None`` where the model's statistic takes no mask
+    or for the non-private twins (their unclipped gradient takes none)."""
+    if privatiser not in ("noisy-ht", "gaussian") or not getattr(model, "supports_mask", False):
+        return None
+    return Padded(f"{_NAMES[privatiser]}/{model.name}[s={s_hat},{calibration}]", _init,
+                  _make_step(model, privatiser, s_hat, calibration), "disjoint")
 
 
 def _check(model: EMModel, num_iterations: int, n: int, hp: DPEMHyperparams, dtype) -> None:

@@ -94,17 +94,30 @@ class GaussianMixture:
         return self.posterior_sign(beta, data)[:, None] * data.y
 
     def truncated_gradient(
-        self, beta: jax.Array, data: GMMData, truncation: Any
+        self, beta: jax.Array, data: GMMData, truncation: Any,
+        mask: jax.Array | None = None, count: Any = None,
     ) -> BoundedStatistic:
-        """``f_T(grad Q)`` with its l-infinity replace-one sensitivity ``2 T / n0``."""
-        w = self.posterior_sign(beta, data)
+        """``f_T(grad Q)`` with its l-infinity replace-one sensitivity ``2 T / n0``.
+
+        With ``mask`` (``(m,)`` bool) only the masked rows are records (the others, padding,
+        contribute nothing whatever they hold) and ``count`` is their public number ``n0``
+        (a runtime value: :class:`dpjax.base.Padded`)."""
+        y = data.y
+        if mask is not None:
+            y = jnp.where(mask[:, None], y, jnp.zeros_like(y))
+        w = self.posterior_sign(beta, GMMData(y))
+        if mask is not None:
+            w = jnp.where(mask, w, jnp.zeros_like(w))
         # The record terms (2w_i - 1) Pi_T(y_i) lie in [-T, T]^d (|2w - 1| <= 1, |Pi_T(y)_j| <= T),
         # so one record moves their sum by at most 2T per coordinate. The sum is one
         # matrix-vector product rather than an (n, d) array of terms.
-        total = w @ clip_linf(data.y, truncation)
+        total = w @ clip_linf(y, truncation)
         return bounded_mean_from_sum(
-            total, data.y.shape[0], 2.0 * jnp.asarray(truncation), "linf"
+            total, y.shape[0] if count is None else count, 2.0 * jnp.asarray(truncation), "linf"
         ).shift(-beta)
+
+    #: ``truncated_gradient`` takes a row mask and a runtime count (padded programs)
+    supports_mask = True
 
     # -- facts for ledgers and validation ------------------------------------------------------
 
