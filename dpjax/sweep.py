@@ -3,7 +3,11 @@ r"""The Monte Carlo engine: repetitions x privacy levels x iterations as one com
 A *setting* fixes everything that determines shapes (the estimator with its static
 configuration, ``n``, ``d``, the data plan); its *levels* are the swept hyperparameters (epsilon,
 delta, step size, truncation, ...), passed as arrays. One kernel is compiled per setting shape
-and reused for every chunk and every set of level values.
+and reused for every chunk and every set of level values. Where the estimator has a padded
+form (:class:`dpjax.base.Padded`), settings of one shape family that differ in ``n`` or the
+number of iterations share one compiled algorithm program instead (:func:`plan_programs`,
+:func:`make_shared_kernels`): each setting draws its data in a small program of its own, at its
+own sizes, and the shared program runs them padded, with a row mask.
 
 Keys and common random numbers:
 
@@ -77,6 +81,10 @@ __all__ = [
     "level_id",
     "probe_ledger",
     "make_kernel",
+    "make_shared_kernels",
+    "own_program",
+    "shape_family",
+    "SHARED_MAX_REP_BYTES",
     "run_setting",
     "study_function",
     "study_keys",
@@ -462,7 +470,9 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
     bucket's scan runs its longest setting's number of iterations (the others skip the rest,
     at no cost) and its calls carry as many levels as its setting with the fewest (so no
     setting computes more levels than it has, but for filling its last group). A setting
-    whose padded data would exceed :data:`SHARED_MAX_REP_BYTES` per repetition is left out.
+    whose padded data would exceed :data:`SHARED_MAX_REP_BYTES` per repetition is left out,
+    and so is a setting alone in its bucket (its own kernel is one program, the shared path
+    two).
     """
     families: dict[Any, list[Setting]] = {}
     for s in settings:
@@ -478,9 +488,9 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
             todo = [s for s in todo if 2 * _data_rows(s) < top]
             prog = Program(max(s.estimator.num_steps for s in bucket), top,
                            min(len(s.levels) for s in bucket))
-            for s in bucket:
-                if _rep_data_bytes(s, prog) <= SHARED_MAX_REP_BYTES:
-                    out[s.key] = prog
+            fits = [s for s in bucket if _rep_data_bytes(s, prog) <= SHARED_MAX_REP_BYTES]
+            if len(fits) > 1:  # one setting alone gains nothing: it keeps its own kernel
+                out.update((s.key, prog) for s in fits)
     return out
 
 
@@ -787,9 +797,9 @@ def run_setting(
             chunk_size)``); they tile ``0 .. reps - 1`` and the last may reach past ``reps``
             (a stored chunk of a larger run: only the first ``reps`` repetitions are read).
         plan: a :func:`plan_run` plan; gives ``chunk_size``, ``data_mode`` and ``bounds``.
-        program: the padded sizes of the shared program to run in (:func:`plan_programs`);
-            default: the setting's own sizes when its estimator has a padded form and its data
-            fit :data:`SHARED_MAX_REP_BYTES`, else a program of its own (:func:`make_kernel`).
+        program: the padded sizes of the shared program to run in (:func:`plan_programs`;
+            its estimator must have a padded form); default: a program of its own
+            (:func:`make_kernel`).
         programs: a dict to fill with the program the setting ran: ``{"program": id,
             "compiled": bool}`` (whether this run compiled it or reused a compiled one).
     """
@@ -799,9 +809,6 @@ def run_setting(
     chunk_size = reps if chunk_size is None else chunk_size
     bounds = chunk_bounds(reps, chunk_size) if bounds is None else list(bounds)
     tally = getattr(store, "tally", None)
-    if program is None and shape_family(setting) is not None:
-        own = own_program(setting)
-        program = own if _rep_data_bytes(setting, own) <= SHARED_MAX_REP_BYTES else None
     if program is not None and shape_family(setting) is not None:
         runner = _SharedRunner.build(setting, program, seed, chunk_size, num_devices, tally)
     else:

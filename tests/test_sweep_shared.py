@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from dpjax import base, study, sweep
-from dpjax.algorithms import dp_em, dp_glm
+from dpjax.algorithms import dp_em, dp_gem, dp_glm
 from dpjax.experiments._common import ZeroInit
 from dpjax.experiments._em_common import BetaError, InitNearTruth
 from dpjax.experiments._glm_common import GLMRecord, truth
-from dpjax.models import GaussianMixture, sparse_unit_beta
+from dpjax.models import GaussianMixture, MixtureOfRegressions, sparse_unit_beta
 from dpjax.models.glm import GLM, GLMData
 from dpjax.models.gmm import GMMData
 from dpjax.study import Experiment
@@ -29,7 +29,7 @@ def _em_setting(n, d, s=3, eps=(0.5, INF), method="hd-dp-em", final_only=False):
     N0 = dp_em.default_num_iterations(n)
     est = (dp_em.hd_dp_em(GMM, s, N0, "paper") if method == "hd-dp-em"
            else dp_em.ld_dp_em(GMM, N0) if method == "ld-dp-em"
-           else dp_em.gradient_em(GMM, N0))
+           else dp_em.gradient_em(GMM, N0, sample_splitting=False))
     levels = tuple({"epsilon": e, "delta": 1 / (2 * n), "eta": 0.5, "truncation": 2.0}
                    for e in eps)
     return sweep.Setting(
@@ -37,6 +37,16 @@ def _em_setting(n, d, s=3, eps=(0.5, INF), method="hd-dp-em", final_only=False):
         estimator=est, simulate=GMM.simulate, init=InitNearTruth(0.125), record=BetaError(),
         truth=sparse_unit_beta(d, s), plan=sweep.DataPlan(N0, n // N0),
         hparams_type=dp_em.DPEMHyperparams, levels=levels, n=n, final_only=final_only)
+
+
+def _gem_setting(n, d, T, eps=(0.5, 1.0), key=""):
+    levels = tuple({"epsilon": e, "delta": 1 / (2 * n), "eta": 1.0, "tau": 0.01, "zeta": 0.05,
+                    "s": 0.0} for e in eps)
+    return sweep.Setting(
+        key=f"dp-gem,n={n},d={d},T={T}{key}", columns={"method": "dp-gem", "n": n},
+        estimator=dp_gem.dp_gem(GMM, T), simulate=GMM.simulate, init=InitNearTruth(0.125),
+        record=BetaError(), truth=sparse_unit_beta(d, d), plan=sweep.DataPlan(1, n),
+        hparams_type=dp_gem.DPGEMHyperparams, levels=levels, n=n)
 
 
 def _glm_setting(n, d, T, calibration, eps=(0.5, INF), final_only=False):
@@ -86,13 +96,17 @@ def test_settings_that_differ_only_in_n_compile_one_program(tmp_path):
     assert "hd-dp-em/gmm" in meta[0]["program"]
 
 
-def test_without_grouping_each_size_is_its_own_program():
-    """The grouping is what shares: run alone, each n has its own padded sizes."""
+def test_without_grouping_each_setting_runs_its_own_kernel():
+    """The grouping is what shares: run alone (no program), each n has its own kernel, and a
+    setting alone in its bucket is left out of the plan."""
     d = 27
     before = sweep.compile_count()
+    info = {}
     for n in (300, 400):
-        sweep.run_setting(_em_setting(n, d), reps=2, seed=0, num_devices=1)
+        sweep.run_setting(_em_setting(n, d), reps=2, seed=0, num_devices=1, programs=info)
+        assert "[setting " in info["program"]
     assert sweep.compile_count() == before + 2
+    assert sweep.plan_programs([_em_setting(300, d), _em_setting(2000, d)]) == {}
 
 
 def test_plan_programs_buckets_geometrically():
@@ -101,18 +115,26 @@ def test_plan_programs_buckets_geometrically():
     sets.append(_em_setting(400, 20, eps=(0.5, 1.0, 2.0, INF)))  # 4 levels
     sets[-1] = sets[-1].__class__(**{**sets[-1].__dict__, "key": "four-levels"})
     sets.append(_em_setting(400, 20, s=4))  # another sparsity: another family
+    sets.append(_em_setting(2500, 20))  # rows 312: shares with n = 2000, not with the rest
     progs = sweep.plan_programs(sets)
     small = [progs[s.key] for s in sets[:3]] + [progs["four-levels"]]
     assert len(set(small)) == 1
     assert small[0] == sweep.Program(steps=7, rows=71, levels=2)  # the largest rows and steps
-    assert progs[sets[3].key] == sweep.Program(steps=8, rows=250, levels=2)  # 250 > 2 x 71
-    assert progs[sets[5].key] != small[0]
-    for s in sets:  # padding never more than doubles a setting's rows
-        assert progs[s.key].rows <= 2 * sweep._data_rows(s)
+    assert progs[sets[3].key] == progs[sets[6].key] == sweep.Program(steps=8, rows=312,
+                                                                      levels=2)
+    assert sets[5].key not in progs  # another family, alone in it: its own kernel
+    for s in progs:  # padding never more than doubles a setting's rows
+        st = next(x for x in sets if x.key == s)
+        assert progs[s].rows <= 2 * sweep._data_rows(st)
 
 
 def test_estimators_without_a_padded_form_keep_their_own_program():
-    st = _em_setting(300, 20, method="gradient-em", eps=(INF,))
+    mor = MixtureOfRegressions(0.5)  # its statistics take no mask (yet)
+    st = sweep.Setting(
+        key="mor", columns={"n": 300}, estimator=dp_em.hd_dp_em(mor, 3, 6), simulate=mor.simulate,
+        init=InitNearTruth(0.125), record=BetaError(), truth=sparse_unit_beta(20, 3),
+        plan=sweep.DataPlan(6, 50), hparams_type=dp_em.DPEMHyperparams, n=300,
+        levels=({"epsilon": 0.5, "delta": 1 / 600, "eta": 0.5, "truncation": 2.0},))
     assert st.estimator.padded is None and sweep.plan_programs([st]) == {}
     info = {}
     out = sweep.run_setting(st, reps=2, seed=0, num_devices=1, programs=info)
@@ -138,7 +160,7 @@ def test_a_setting_too_large_to_pad_keeps_its_own_program(monkeypatch):
 def test_dp_em_in_a_shared_program_equals_its_own_kernel(method):
     # n = 300 and 500 in one bucket: 300 runs padded (rows 50 of 71, steps 6 of 7)
     sets = [_em_setting(n, 21, method=method, eps=(0.5, 1.5, INF)) for n in (300, 500)]
-    sets.append(_em_setting(300, 21, method=method, final_only=True))
+    sets += [_em_setting(n, 21, method=method, final_only=True) for n in (300, 500)]
     progs = sweep.plan_programs(sets)
     assert progs[sets[0].key] == progs[sets[1].key]
     assert progs[sets[0].key].rows > sweep._data_rows(sets[0])
@@ -147,13 +169,35 @@ def test_dp_em_in_a_shared_program_equals_its_own_kernel(method):
         _assert_close(shared, _per_setting(st, 3, 5))
 
 
+def test_gradient_em_on_all_data_in_a_shared_program_equals_its_own_kernel():
+    # the non-private twin of em_fig2: every step on all n records (full batching)
+    sets = [_em_setting(n, 21, method="gradient-em", eps=(INF,)) for n in (300, 500)]
+    assert sets[0].estimator.batching == "full"
+    progs = sweep.plan_programs(sets)
+    assert progs[sets[0].key] == progs[sets[1].key]
+    for st in sets:
+        shared = sweep.run_setting(st, reps=3, seed=5, num_devices=1, program=progs[st.key])
+        _assert_close(shared, _per_setting(st, 3, 5))
+
+
+def test_dp_gem_in_a_shared_program_equals_its_own_kernel():
+    # n and T differ (s and rho are functions of both)
+    sets = [_gem_setting(300, 4, 6), _gem_setting(500, 4, 8)]
+    progs = sweep.plan_programs(sets)
+    assert progs[sets[0].key] == progs[sets[1].key] == sweep.Program(8, 500, 2)
+    for st in sets:
+        shared = sweep.run_setting(st, reps=3, seed=4, num_devices=1, program=progs[st.key])
+        _assert_close(shared, _per_setting(st, 3, 4))
+
+
 @pytest.mark.parametrize("calibration", ["paper", "gaussian"])
 def test_noisy_gd_in_a_shared_program_equals_its_own_kernel(calibration):
     # n and T differ: 300 records and T = 10 run padded to 400 rows and 12 steps; three
     # levels run in groups of two (the last filled with a copy)
     sets = [_glm_setting(300, 5, 10, calibration, eps=(0.5, 1.0, INF)),
             _glm_setting(400, 5, 12, calibration),
-            _glm_setting(300, 5, 10, calibration, final_only=True)]
+            _glm_setting(300, 5, 10, calibration, final_only=True),
+            _glm_setting(400, 5, 12, calibration, final_only=True)]
     progs = sweep.plan_programs(sets)
     assert progs[sets[0].key] == progs[sets[1].key] == sweep.Program(12, 400, 2)
     for st in sets:
@@ -214,6 +258,27 @@ def test_padded_rows_change_nothing_in_noisy_gd(calibration):
     rho = dp_glm.calibrate_rho(0.7, 1 / (2 * n), calibration, T)
     hp = dp_glm.GLMHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 1.0, 1.0, rho)))
     state = est.init(0.5 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n, pad, T))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
+                    jax.tree_util.tree_leaves(info_w.events)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["dp-gem", "gradient-em"])
+def test_padded_rows_change_nothing_in_dp_gem_and_gradient_em(method):
+    d, n, pad, T = 5, 60, 9, 6
+    est = dp_gem.dp_gem(GMM, T) if method == "dp-gem" else dp_em.gradient_em(GMM, T, False)
+    beta = jnp.asarray(sparse_unit_beta(d, d))
+    data = GMM.simulate(jax.random.key(0), n, beta)
+    padded = GMMData(jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, d))]))
+    if method == "dp-gem":
+        hp = dp_gem.DPGEMHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 1.0, 0.01, 0.05,
+                                                        0.0)))
+    else:
+        hp = dp_em.DPEMHyperparams(*map(jnp.float32, (INF, 1 / (2 * n), 0.5, INF)))
+    state = est.init(0.8 * beta)
     want, info_w = est.step(jax.random.key(1), state, data, hp)
     got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n, pad, T))
     np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)

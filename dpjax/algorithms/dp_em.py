@@ -171,7 +171,11 @@ def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                 calibration="analytic" if calibration == "tight" else "classic-or-analytic")
             return DPEMState(new), DPEMInfo(ev.scale.astype(beta.dtype), no_support, (ev,))
         del key  # non-private: no randomness
-        half = beta + hp.eta * model.gradient(beta, batch)
+        if sizes is None:
+            half = beta + hp.eta * model.gradient(beta, batch)
+        else:
+            half = beta + hp.eta * model.gradient(beta, batch, mask=sizes.mask,
+                                                  count=sizes.count.astype(beta.dtype))
         events = (no_privacy_event("linf"),)
         if privatiser == "top-s":
             peeled = hard_threshold(half, s_hat)
@@ -215,21 +219,21 @@ def _build(
         if privatiser in ("noisy-ht", "gaussian") else None
     return Estimator(
         name, _init, _make_step(model, privatiser, s_hat, calibration), num_iterations,
-        batching, ledger_fn, check, _padded(model, privatiser, s_hat, calibration)
+        batching, ledger_fn, check, _padded(model, privatiser, s_hat, calibration, batching)
     )
 
 
 @functools.lru_cache(maxsize=512)
 def _padded(model: EMModel, privatiser: Privatiser, s_hat: int | None,
-            calibration: Calibration) -> Padded | None:
-    """The padded form of the private estimators (one program for every ``n`` and ``N0``):
-    the step reads nothing of ``n`` or ``N0`` but the batch's count ``n0``, so it is the same
-    step with the model's masked statistic; ``None`` where the model's statistic takes no mask
-    or for the non-private twins (their unclipped gradient takes none)."""
-    if privatiser not in ("noisy-ht", "gaussian") or not getattr(model, "supports_mask", False):
+            calibration: Calibration, batching: str = "disjoint") -> Padded | None:
+    """The padded form (one program for every ``n`` and ``N0``): the step reads nothing of
+    ``n`` or ``N0`` but its data's count (``n0``, or ``n`` for the twins on all data), so it is
+    the same step with the model's masked statistic; ``None`` where the model's statistics
+    take no mask."""
+    if not getattr(model, "supports_mask", False):
         return None
-    return Padded(f"{_NAMES[privatiser]}/{model.name}[s={s_hat},{calibration}]", _init,
-                  _make_step(model, privatiser, s_hat, calibration), "disjoint")
+    return Padded(f"{_NAMES[privatiser]}/{model.name}[s={s_hat},{calibration},{batching}]",
+                  _init, _make_step(model, privatiser, s_hat, calibration), batching)
 
 
 def _check(model: EMModel, num_iterations: int, n: int, hp: DPEMHyperparams, dtype) -> None:

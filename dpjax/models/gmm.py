@@ -77,16 +77,28 @@ class GaussianMixture:
         # finite value, the weight stays in [-1, 1] (tanh(+-inf) = +-1), as the bound needs.
         return jnp.tanh(scale * sanitize(data.y @ beta) / self.sigma**2)
 
-    def gradient(self, beta: jax.Array, data: GMMData) -> jax.Array:
-        """Non-private ``grad Q_n(beta; beta)`` on ``data`` (no truncation)."""
-        n = data.y.shape[0]
-        return (self.posterior_sign(beta, data) @ data.y) / n - beta
+    def gradient(self, beta: jax.Array, data: GMMData, mask: jax.Array | None = None,
+                 count: Any = None) -> jax.Array:
+        """Non-private ``grad Q_n(beta; beta)`` on ``data`` (no truncation); with ``mask``, on
+        its rows only, ``count`` of them (see :meth:`truncated_gradient`)."""
+        if mask is None:
+            n = data.y.shape[0]
+            return (self.posterior_sign(beta, data) @ data.y) / n - beta
+        y = jnp.where(mask[:, None], data.y, jnp.zeros_like(data.y))
+        w = jnp.where(mask, self.posterior_sign(beta, GMMData(y)), jnp.zeros((), y.dtype))
+        return (w @ y) / count - beta
 
-    def per_sample_gradients(self, beta: jax.Array, data: GMMData) -> jax.Array:
+    def per_sample_gradients(self, beta: jax.Array, data: GMMData,
+                             mask: jax.Array | None = None) -> jax.Array:
         """``grad q_i(beta; beta) = (2 w_beta(y_i) - 1) y_i - beta`` for every record, ``(n, d)``
-        (spec 002 eq. 23, with the exact weight by default); their mean is :meth:`gradient`."""
-        w = self.posterior_sign(beta, data)
-        return w[:, None] * data.y - beta[None, :]
+        (spec 002 eq. 23, with the exact weight by default); their mean is :meth:`gradient`.
+        With ``mask``, the rows outside it are zero (padding, whatever it holds)."""
+        if mask is None:
+            w = self.posterior_sign(beta, data)
+            return w[:, None] * data.y - beta[None, :]
+        y = jnp.where(mask[:, None], data.y, jnp.zeros_like(data.y))
+        w = self.posterior_sign(beta, GMMData(y))
+        return jnp.where(mask[:, None], w[:, None] * y - beta[None, :], jnp.zeros((), y.dtype))
 
     def m_step_terms(self, beta: jax.Array, data: GMMData) -> jax.Array:
         """``f_i(beta) = (2 w_beta(y_i) - 1) y_i`` for every record, ``(n, d)``: the exact
