@@ -517,6 +517,7 @@ def _config_without_timings(out):
     cfg.pop("environment")
     for s in cfg["settings"]:
         s.pop("seconds")
+        s.pop("compiled")  # whether this process compiled the program: a fact of the run
     return cfg
 
 
