@@ -2,6 +2,7 @@
 iterations) run through one compiled algorithm program, on padded, masked data, with the
 results of today's per-setting kernel up to float round-off."""
 
+import dataclasses
 import json
 import math
 
@@ -15,26 +16,36 @@ from dpjax.algorithms import dp_em, dp_gem, dp_glm
 from dpjax.experiments._common import ZeroInit
 from dpjax.experiments._em_common import BetaError, InitNearTruth
 from dpjax.experiments._glm_common import GLMRecord, truth
-from dpjax.models import GaussianMixture, MixtureOfRegressions, sparse_unit_beta
+from dpjax.models import (
+    GaussianMixture,
+    MixtureOfRegressions,
+    RegressionMissingCovariates,
+    sparse_unit_beta,
+)
 from dpjax.models.glm import GLM, GLMData
 from dpjax.models.gmm import GMMData
+from dpjax.models.mor import MoRData
+from dpjax.models.rmc import RMCData
 from dpjax.study import Experiment
 
 GMM = GaussianMixture(0.5)
+MOR = MixtureOfRegressions(0.5)
+RMC = RegressionMissingCovariates(1.0, 0.2)
 LOGIT = GLM()
 INF = math.inf
 
 
-def _em_setting(n, d, s=3, eps=(0.5, INF), method="hd-dp-em", final_only=False):
+def _em_setting(n, d, s=3, eps=(0.5, INF), method="hd-dp-em", final_only=False, model=GMM):
     N0 = dp_em.default_num_iterations(n)
-    est = (dp_em.hd_dp_em(GMM, s, N0, "paper") if method == "hd-dp-em"
-           else dp_em.ld_dp_em(GMM, N0) if method == "ld-dp-em"
-           else dp_em.gradient_em(GMM, N0, sample_splitting=False))
+    est = (dp_em.hd_dp_em(model, s, N0, "paper") if method == "hd-dp-em"
+           else dp_em.ld_dp_em(model, N0) if method == "ld-dp-em"
+           else dp_em.gradient_em(model, N0, sample_splitting=False))
     levels = tuple({"epsilon": e, "delta": 1 / (2 * n), "eta": 0.5, "truncation": 2.0}
                    for e in eps)
     return sweep.Setting(
-        key=f"{method},n={n},d={d},s={s},{final_only}", columns={"method": method, "n": n},
-        estimator=est, simulate=GMM.simulate, init=InitNearTruth(0.125), record=BetaError(),
+        key=f"{method},n={n},d={d},s={s},{final_only},{model.name}",
+        columns={"method": method, "n": n}, estimator=est, simulate=model.simulate,
+        init=InitNearTruth(0.125), record=BetaError(),
         truth=sparse_unit_beta(d, s), plan=sweep.DataPlan(N0, n // N0),
         hparams_type=dp_em.DPEMHyperparams, levels=levels, n=n, final_only=final_only)
 
@@ -129,13 +140,11 @@ def test_plan_programs_buckets_geometrically():
 
 
 def test_estimators_without_a_padded_form_keep_their_own_program():
-    mor = MixtureOfRegressions(0.5)  # its statistics take no mask (yet)
-    st = sweep.Setting(
-        key="mor", columns={"n": 300}, estimator=dp_em.hd_dp_em(mor, 3, 6), simulate=mor.simulate,
-        init=InitNearTruth(0.125), record=BetaError(), truth=sparse_unit_beta(20, 3),
-        plan=sweep.DataPlan(6, 50), hparams_type=dp_em.DPEMHyperparams, n=300,
-        levels=({"epsilon": 0.5, "delta": 1 / 600, "eta": 0.5, "truncation": 2.0},))
-    assert st.estimator.padded is None and sweep.plan_programs([st]) == {}
+    sets = [_em_setting(n, 20) for n in (300, 400)]
+    sets = [dataclasses.replace(st, estimator=st.estimator._replace(padded=None))
+            for st in sets]
+    assert sweep.plan_programs(sets) == {}
+    st = sets[0]
     info = {}
     out = sweep.run_setting(st, reps=2, seed=0, num_devices=1, programs=info)
     assert "[setting " in info["program"]
@@ -156,11 +165,14 @@ def test_a_setting_too_large_to_pad_keeps_its_own_program(monkeypatch):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", ["hd-dp-em", "ld-dp-em"])
-def test_dp_em_in_a_shared_program_equals_its_own_kernel(method):
+@pytest.mark.parametrize("method,model", [("hd-dp-em", GMM), ("ld-dp-em", GMM),
+                                          ("hd-dp-em", MOR), ("hd-dp-em", RMC)])
+def test_dp_em_in_a_shared_program_equals_its_own_kernel(method, model):
     # n = 300 and 500 in one bucket: 300 runs padded (rows 50 of 71, steps 6 of 7)
-    sets = [_em_setting(n, 21, method=method, eps=(0.5, 1.5, INF)) for n in (300, 500)]
-    sets += [_em_setting(n, 21, method=method, final_only=True) for n in (300, 500)]
+    sets = [_em_setting(n, 21, method=method, eps=(0.5, 1.5, INF), model=model)
+            for n in (300, 500)]
+    sets += [_em_setting(n, 21, method=method, final_only=True, model=model)
+             for n in (300, 500)]
     progs = sweep.plan_programs(sets)
     assert progs[sets[0].key] == progs[sets[1].key]
     assert progs[sets[0].key].rows > sweep._data_rows(sets[0])
@@ -285,3 +297,34 @@ def test_padded_rows_change_nothing_in_dp_gem_and_gradient_em(method):
     for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
                     jax.tree_util.tree_leaves(info_w.events)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("model", [MOR, RMC])
+@pytest.mark.parametrize("stat", ["truncated_gradient", "gradient", "per_sample_gradients"])
+def test_padded_rows_change_nothing_in_the_mixture_of_regressions_and_missing_covariates(
+        model, stat):
+    d, n, pad = 6, 40, 9
+    beta = jnp.asarray(sparse_unit_beta(d, 2))
+    data = model.simulate(jax.random.key(0), n, beta)
+    junk = jnp.asarray(_adversarial(pad, d))
+    if model is MOR:
+        padded = MoRData(jnp.concatenate([data.x, junk]),
+                         jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, 0))]))
+    else:
+        padded = RMCData(jnp.concatenate([data.x, junk]), jnp.concatenate([data.z, junk]),
+                         jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, 0))]))
+    mask = jnp.arange(n + pad) < n
+    if stat == "truncated_gradient":
+        want = model.truncated_gradient(0.9 * beta, data, 2.0)
+        got = model.truncated_gradient(0.9 * beta, padded, 2.0, mask=mask, count=jnp.float32(n))
+        np.testing.assert_allclose(got.sensitivity, want.sensitivity, rtol=1e-6)
+        got, want = got.value, want.value
+    elif stat == "gradient":
+        want = model.gradient(0.9 * beta, data)
+        got = model.gradient(0.9 * beta, padded, mask=mask, count=jnp.float32(n))
+    else:
+        want = model.per_sample_gradients(0.9 * beta, data)
+        got = model.per_sample_gradients(0.9 * beta, padded, mask=mask)
+        np.testing.assert_array_equal(got[n:], 0.0)
+        got = got[:n]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
