@@ -34,6 +34,8 @@ from dpjax._validate import TracedFitError
 __all__ = [
     "Estimator",
     "FitResult",
+    "Padded",
+    "Sizes",
     "TracedFitError",
     "fit",
     "InitFn",
@@ -42,6 +44,7 @@ __all__ = [
     "batch_size",
     "probe_events",
     "run",
+    "run_padded",
     "split_batches",
 ]
 
@@ -62,6 +65,42 @@ class StepFn(Protocol):
         ``data`` is the iteration's batch (``batching == "disjoint"``) or the whole data set
         (``batching == "full"``).
         """
+
+
+class Sizes(NamedTuple):
+    """The sizes of a padded run, as arrays: one compiled program serves every size.
+
+    The step's data have ``m_pad`` rows (a batch, or the whole data set); only the first
+    ``count`` are records, the rest is padding that must contribute nothing (to sums, to
+    clipping, to sensitivities). ``count`` is public: it is fixed by the public ``n`` and the
+    number of iterations, never by the data.
+    """
+
+    mask: jax.Array  # (m_pad,) bool: the rows that are records
+    count: jax.Array  # () float: the public number of records (n0 = floor(n / T), or n)
+    num_steps: jax.Array  # () int32: the run's number of iterations T (<= the scan's length)
+
+
+class Padded(NamedTuple):
+    """An estimator's padded form (opt-in, see :class:`Estimator`): the same algorithm with the
+    sizes that differ between settings (``n``, the number of iterations) as runtime values.
+
+    Attributes:
+        family: a short name of the program family (for ids in results; the object itself,
+            compared by value, is the cache key of the compiled program).
+        init: as :class:`Estimator`'s.
+        step: ``step(key, state, data, hparams, sizes) -> (state, info)`` on data padded to
+            ``m_pad`` rows with :class:`Sizes`: equal, up to float round-off, to the
+            estimator's step on the ``sizes.count`` real rows with ``sizes.num_steps``
+            iterations, whatever the padded rows hold. It must not close over ``n`` or the
+            number of iterations (settings that differ in them share it).
+        batching: as :class:`Estimator`'s.
+    """
+
+    family: str
+    init: InitFn
+    step: Callable[..., tuple[PyTree, PyTree]]
+    batching: Literal["disjoint", "full"]
 
 
 class Estimator(NamedTuple):
@@ -85,6 +124,11 @@ class Estimator(NamedTuple):
             or its statistic could overflow (e.g. with
             :func:`dpjax._validate.check_noise_inputs`), naming the hyperparameter to change,
             so whether a fit is refused never depends on the data.
+        padded: optional (opt-in) :class:`Padded` form: the step with ``n`` and the number of
+            iterations as runtime values and a row mask. A study then runs every setting whose
+            estimators share it (and whose data have the same shapes but for the number of
+            records) through one compiled program (:mod:`dpjax.sweep`); ``None``: one program
+            per setting.
     """
 
     name: str
@@ -94,6 +138,7 @@ class Estimator(NamedTuple):
     batching: Literal["disjoint", "full"]
     ledger: Callable[[int, PyTree], Any] | None = None
     check: Callable[[int, PyTree, Any], None] | None = None
+    padded: Padded | None = None
 
 
 def as_key(key: Any) -> jax.Array:
@@ -186,6 +231,56 @@ def run(
             batch = data
         new_state, info = estimator.step(jax.random.fold_in(key, t), carry, batch, hparams)
         return new_state, record(new_state, info)
+
+    return jax.lax.scan(body, state, xs)
+
+
+def run_padded(
+    padded: Padded,
+    key: jax.Array,
+    data: PyTree,
+    state: PyTree,
+    hparams: PyTree,
+    sizes: Sizes,
+    max_steps: int,
+    record: Callable[[PyTree, PyTree], PyTree] | None = None,
+) -> tuple[PyTree, PyTree]:
+    """:func:`run` of a :class:`Padded` estimator: ``lax.scan`` over ``max_steps`` steps, of
+    which the first ``sizes.num_steps`` run (step ``t`` with key ``fold_in(key, t)``, as in
+    :func:`run`) and the rest keep the state (a ``lax.cond`` on an unbatched predicate: the
+    skipped steps cost nothing, under ``vmap`` too).
+
+    Args:
+        data: disjoint batching: the batches, leaves ``(max_steps, m_pad, ...)`` (batch ``t``
+            is that of :func:`split_batches`, padded); full batching: the data set, leaves
+            ``(m_pad, ...)``.
+        sizes: the mask of a batch's (or the data set's) rows, its count, and the number of
+            steps.
+
+    Returns:
+        ``(final_state, trace)`` with ``max_steps`` entries in the trace (those from
+        ``sizes.num_steps`` on are zeros: drop them).
+    """
+    record = record or _default_record
+    steps = jnp.arange(max_steps)
+    xs = (steps, data) if padded.batching == "disjoint" else (steps, None)
+
+    def body(carry, x):
+        t, batch = x
+        batch = data if batch is None else batch
+
+        def active(state):
+            new_state, info = padded.step(jax.random.fold_in(key, t), state, batch, hparams,
+                                          sizes)
+            return new_state, record(new_state, info)
+
+        shapes = jax.eval_shape(active, carry)
+
+        def skipped(state):
+            return state, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                                 shapes[1])
+
+        return jax.lax.cond(t < sizes.num_steps, active, skipped, carry)
 
     return jax.lax.scan(body, state, xs)
 

@@ -56,7 +56,7 @@ import numpy as np
 from dpjax import _validate, registry
 from dpjax.accounting import ApproxDP, Ledger, Release
 from dpjax.algorithms._boundary import check_model, checked_inputs
-from dpjax.base import Estimator, FitResult, batch_size, fit
+from dpjax.base import Estimator, FitResult, Padded, batch_size, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     gaussian_mechanism,
@@ -149,12 +149,16 @@ def default_hparams(
 
 def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                calibration: Calibration = "paper"):
-    def step(key, state: DPEMState, batch, hp: DPEMHyperparams):
+    def step(key, state: DPEMState, batch, hp: DPEMHyperparams, sizes=None):
         beta = state.beta
         zero = jnp.zeros((), beta.dtype)
         no_support = jnp.zeros((0,), jnp.int32)
         if privatiser in ("noisy-ht", "gaussian"):
-            stat = model.truncated_gradient(beta, batch, hp.truncation)
+            if sizes is None:
+                stat = model.truncated_gradient(beta, batch, hp.truncation)
+            else:  # a padded batch: its mask's rows, n0 = sizes.count (see _padded)
+                stat = model.truncated_gradient(beta, batch, hp.truncation, mask=sizes.mask,
+                                                count=sizes.count.astype(beta.dtype))
             stat = stat.scale(hp.eta).shift(beta)  # beta^{t+0.5}, lambda_t = eta * sens(f_T)
             if privatiser == "noisy-ht":
                 peeled = noisy_hard_threshold(key, stat, s_hat, hp.epsilon, hp.delta,
@@ -169,7 +173,11 @@ def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                 calibration="analytic" if calibration == "tight" else "classic-or-analytic")
             return DPEMState(new), DPEMInfo(ev.scale.astype(beta.dtype), no_support, (ev,))
         del key  # non-private: no randomness
-        half = beta + hp.eta * model.gradient(beta, batch)
+        if sizes is None:
+            half = beta + hp.eta * model.gradient(beta, batch)
+        else:
+            half = beta + hp.eta * model.gradient(beta, batch, mask=sizes.mask,
+                                                  count=sizes.count.astype(beta.dtype))
         events = (no_privacy_event("linf"),)
         if privatiser == "top-s":
             peeled = hard_threshold(half, s_hat)
@@ -213,8 +221,21 @@ def _build(
         if privatiser in ("noisy-ht", "gaussian") else None
     return Estimator(
         name, _init, _make_step(model, privatiser, s_hat, calibration), num_iterations,
-        batching, ledger_fn, check
+        batching, ledger_fn, check, _padded(model, privatiser, s_hat, calibration, batching)
     )
+
+
+@functools.lru_cache(maxsize=512)
+def _padded(model: EMModel, privatiser: Privatiser, s_hat: int | None,
+            calibration: Calibration, batching: str = "disjoint") -> Padded | None:
+    """The padded form (one program for every ``n`` and ``N0``): the step reads nothing of
+    ``n`` or ``N0`` but its data's count (``n0``, or ``n`` for the twins on all data), so it is
+    the same step with the model's masked statistic; ``None`` where the model's statistics
+    take no mask."""
+    if not getattr(model, "supports_mask", False):
+        return None
+    return Padded(f"{_NAMES[privatiser]}/{model.name}[s={s_hat},{calibration},{batching}]",
+                  _init, _make_step(model, privatiser, s_hat, calibration), batching)
 
 
 def _check(model: EMModel, num_iterations: int, n: int, hp: DPEMHyperparams, dtype) -> None:

@@ -93,7 +93,7 @@ from dpjax.algorithms.ldp_gem import (
     ldp_user_groups,
     local_gradient_scores,
 )
-from dpjax.base import Estimator, FitResult, fit
+from dpjax.base import Estimator, FitResult, Padded, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     bounded_mean,
@@ -212,18 +212,26 @@ def _make_robust_step(model: EMModel, num_iterations: int, s_rule: SRule, sample
     private mean *is* the next iterate). ``n`` (hence ``s``) is the size of the data the step
     sees: the whole data set, or one disjoint batch with ``sample_split``."""
 
-    def step(key, state: GEMState, data, hp):
+    def step(key, state: GEMState, data, hp, sizes=None):
         beta = state.beta
-        u = (model.m_step_terms(beta, data) if exact_m
-             else model.per_sample_gradients(beta, data))  # (n, d)
-        n, d = u.shape
+        if sizes is None:
+            u = (model.m_step_terms(beta, data) if exact_m
+                 else model.per_sample_gradients(beta, data))  # (n, d)
+            n, d = u.shape
+            steps, count = num_iterations, None
+        else:  # padded (see _padded_robust): zero rows past the count, psi(0) = 0
+            u = model.per_sample_gradients(beta, data, mask=sizes.mask)
+            d = u.shape[1]
+            n = count = sizes.count.astype(beta.dtype)
+            steps = sizes.num_steps.astype(beta.dtype)
         s, beta_s = smoothing_parameters(s_rule, n, d, hp)
         rho = jnp.square(eps_tilde(hp.epsilon, hp.delta)) / _num_releases(
-            d, num_iterations, sample_split)
+            d, steps, sample_split)
 
         def coordinate(k, column):
             # the statistic carries its own sensitivity (4 sqrt2 / 3) s / n: never retyped
-            return gaussian_mechanism_zcdp(k, robust_mean_statistic(column, s, beta_s), rho)
+            return gaussian_mechanism_zcdp(k, robust_mean_statistic(column, s, beta_s, count),
+                                           rho)
 
         g, ev = jax.vmap(coordinate)(jax.random.split(key, d), u.T)
         events = tuple(jax.tree_util.tree_map(lambda a, j=j: a[j], ev) for j in range(d))
@@ -306,8 +314,21 @@ def _build_robust(model: EMModel, num_iterations: int, s_rule: SRule, sample_spl
     name = f"{prefix[kind]}/{model.name}"
     ledger_fn = functools.partial(_ledger, name, kind, model, num_iterations, s_rule)
     step = _make_robust_step(model, num_iterations, s_rule, sample_split, exact_m)
-    return Estimator(name, _init, step, num_iterations,
-                     "disjoint" if sample_split else "full", ledger_fn)
+    batching = "disjoint" if sample_split else "full"
+    return Estimator(name, _init, step, num_iterations, batching, ledger_fn,
+                     padded=None if exact_m else _padded_robust(model, s_rule, sample_split))
+
+
+@functools.lru_cache(maxsize=512)
+def _padded_robust(model: EMModel, s_rule: SRule, sample_split: bool) -> Padded | None:
+    """Algorithm 2 with ``n`` and ``T`` as runtime values (one program for every ``n`` and
+    ``T``): they enter the step only through the count of its data (``s``, the mean) and the
+    number of releases (``rho``)."""
+    if not getattr(model, "supports_mask", False):
+        return None
+    batching = "disjoint" if sample_split else "full"
+    return Padded(f"dp-gem/{model.name}[{s_rule},{batching}]", _init,
+                  _make_robust_step(model, None, s_rule, sample_split, False), batching)
 
 
 @functools.lru_cache(maxsize=512)
