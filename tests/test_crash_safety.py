@@ -515,9 +515,12 @@ def _finish(proc):
 def _config_without_timings(out):
     cfg = json.loads(Path(out, "config.json").read_text())
     cfg.pop("environment")
+    cfg.pop("timing")  # seconds and programs compiled: facts of the run (the cache is warm)
     for s in cfg["settings"]:
         s.pop("seconds")
         s.pop("compiled")  # whether this process compiled the program: a fact of the run
+        for k in ("programs_compiled", "compile_seconds", "programs_from_cache"):
+            s.pop(k)
     return cfg
 
 
