@@ -407,7 +407,7 @@ def _ledger(
 
 
 def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta, on_invalid,
-         secure: bool, options: dict[str, Any]) -> FitResult:
+         secure: bool, options: dict[str, Any], accountant: Any = None) -> FitResult:
     """Validate the shared arguments, build the estimator of ``kind`` and its hyperparameters,
     and fit. ``kind``: ``"gradient"`` (Alg 2), ``"exact_m"`` (Alg 3) or ``"clipped"`` (Alg 1)."""
     key, data, n, num_iterations, eps, dl, beta0 = _checked(
@@ -419,19 +419,20 @@ def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta
         if math.isfinite(eps):  # public values only: a refusal never depends on the data
             _validate.check_noise_inputs("clip", float(c), 2.0 * float(c) / n, n * float(c))
         hp: Any = ClippedGEMHyperparams(*_f32(eps, dl, eta, c))
-        return fit(clipped_gem(model, num_iterations), key, data, beta0, hp, n=n, secure=secure)
+        return fit(clipped_gem(model, num_iterations), key, data, beta0, hp, n=n, secure=secure,
+                   accountant=accountant)
     fields = _robust_fields(eps, options["tau"], options["zeta"], options["s_rule"],
                             options["s"], n)
     if kind == "exact_m":
         est = dp_exact_em(model, num_iterations, options["s_rule"])
         return fit(est, key, data, beta0, DPEMExactHyperparams(*_f32(eps, dl), *fields), n=n,
-                   secure=secure)
+                   secure=secure, accountant=accountant)
     if options["sample_split"] and n < num_iterations:
         raise ValueError(f"sample_split=True needs at least one record per iteration: n = {n} "
                          f"< num_iterations = {num_iterations}")
     est = dp_gem(model, num_iterations, options["s_rule"], options["sample_split"])
     return fit(est, key, data, beta0, DPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n,
-               secure=secure)
+               secure=secure, accountant=accountant)
 
 
 @_validate.host_only
@@ -439,7 +440,7 @@ def fit_dp_gem(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
     num_iterations: int, beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05,
     s_rule: SRule = "sigma_consistent", s: Any = None, sample_split: bool = False,
-    on_invalid: str = "raise", secure: bool = False,
+    on_invalid: str = "raise", secure: bool = False, accountant: Any = None,
 ) -> FitResult:
     """Fit Algorithm 2 (DP gradient EM, spec 002 §2.5) to one data set.
 
@@ -474,7 +475,7 @@ def fit_dp_gem(
     """
     return _fit("gradient", key, data, model, epsilon, delta, num_iterations, beta0, eta,
                 on_invalid, secure, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s,
-                                         sample_split=sample_split))
+                                         sample_split=sample_split), accountant)
 
 
 @_validate.host_only
@@ -482,7 +483,7 @@ def fit_dp_exact_em(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
     num_iterations: int, beta0: Any, tau: Any, zeta: Any = 0.05,
     s_rule: SRule = "sigma_consistent", s: Any = None, on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
 ) -> FitResult:
     """Fit Algorithm 3 (DP exact-M-step EM, spec 002 §2.6; Gaussian mixture only).
 
@@ -492,14 +493,14 @@ def fit_dp_exact_em(
     Its calibration delivers the requested ``(epsilon, delta)``, as :func:`fit_dp_gem`'s.
     """
     return _fit("exact_m", key, data, model, epsilon, delta, num_iterations, beta0, 1.0,
-                on_invalid, secure, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s))
+                on_invalid, secure, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s), accountant)
 
 
 @_validate.host_only
 def fit_clipped_gem(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
     num_iterations: int, beta0: Any, eta: Any = 1.0, clip: Any = 1.0,
-    on_invalid: str = "raise", secure: bool = False,
+    on_invalid: str = "raise", secure: bool = False, accountant: Any = None,
 ) -> FitResult:
     """Fit Algorithm 1 (clipped DP gradient EM, spec 002 §2.4) to one data set.
 
@@ -509,7 +510,7 @@ def fit_clipped_gem(
     ``(epsilon, delta)``, as :func:`fit_dp_gem`'s.
     """
     return _fit("clipped", key, data, model, epsilon, delta, num_iterations, beta0, eta,
-                on_invalid, secure, dict(clip=clip))
+                on_invalid, secure, dict(clip=clip), accountant)
 
 
 # --------------------------------------------------------------------------------------------
