@@ -100,3 +100,16 @@ def test_bad_totals_are_refused_in_one_line(kw):
     with pytest.raises(ValueError) as err:
         Accountant(**kw)
     assert "\n" not in str(err.value)
+
+
+def test_the_docs_page_example_prints_what_the_page_shows(capsys):
+    """docs/many_fits.md: its tested block, run, prints its text block."""
+    import pathlib
+    import re
+
+    page = (pathlib.Path(__file__).parents[1] / "docs" / "many_fits.md").read_text()
+    code, shown = re.search(r"<!-- tested: tests/test_accountant.py -->\n```python\n(.*?)```"
+                            r"\n\n```text\n(.*?)```", page, re.S).groups()
+    exec(compile(code, "docs/many_fits.md", "exec"), {})
+    assert capsys.readouterr().out == shown
+    assert "many_fits.md" in (pathlib.Path(__file__).parents[1] / "mkdocs.yml").read_text()
