@@ -448,6 +448,8 @@ def fit_hd_dp_em(
             :func:`dpjax.mechanisms.noisy_hard_threshold`); the ledger's releases are
             ``"discrete-noisy-ht"``.
         calibration: ``"tight"`` (the default, ``None``) or ``"paper"`` (:func:`hd_dp_em`).
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`FitResult` with the estimate, the iterates, and the privacy ledger:

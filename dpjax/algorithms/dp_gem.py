@@ -469,6 +469,8 @@ def fit_dp_gem(
             needs ``n >= num_iterations``.
         on_invalid: as in :func:`dpjax.algorithms.dp_em.fit_ld_dp_em`.
         secure: the floating-point-safe noise path for a real release (see :func:`dpjax.fit`).
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`~dpjax.base.FitResult`; its ledger delivers exactly ``(epsilon, delta)``.

@@ -610,6 +610,8 @@ def fit_dp_glm(
             the privacy page's "Bad records on real data").
         secure: the floating-point-safe noise path for a real release (see
             :func:`dpjax.fit`).
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`FitResult`; its ledger gives the guarantee delivered under replace-one

@@ -514,6 +514,8 @@ def fit_nldp(
             discrete Gaussian noise (drawn per user, whatever ``per_user`` says), calibrated so
             that the secure ledger (zCDP per user, converted by CKS) delivers each user's
             (epsilon, delta); the users' reports then run eagerly, slower than the default.
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) is each user's
