@@ -24,7 +24,9 @@ distribution is known exactly (or dominated by one that is), with a count:
 :func:`normalise` merges a list of components into a canonical sorted tuple (the cache key);
 :func:`epsilon_for_delta` and :func:`delta_for_epsilon` read the composed PLD's *pessimistic*
 estimate (dp_accounting rounds every privacy loss up: the epsilon it reports is never below the
-true one). Both are cached, so a study building many ledgers of one shape composes once.
+true one). A composition of Gaussian releases alone is read off the exact Gaussian curve of
+``mu`` instead (Balle & Wang 2018; exact, no discretisation). Both are cached, so a study
+building many ledgers of one shape composes once.
 
 dp_accounting is imported lazily (``import dpjax`` never imports it): it is an extra
 (``pip install dpjax[pld]``); :func:`available` says whether it is installed.
@@ -36,6 +38,8 @@ import functools
 import math
 from collections.abc import Iterable
 from typing import Any
+
+from dpjax._gaussian_curve import gaussian_delta, gaussian_epsilon
 
 _INF = float("inf")
 
@@ -140,6 +144,8 @@ def epsilon_for_delta(components: tuple[Component, ...], delta: float) -> float:
         return _INF
     if delta <= 0:
         return _pure_sum(components)
+    if len(components) == 1 and components[0][0] == "gaussian":  # exact: no discretisation
+        return gaussian_epsilon(components[0][1], delta) if delta < 1 else 0.0
     eps = float(_composed(components).get_epsilon_for_delta(delta))
     return min(max(eps, 0.0), _pure_sum(components))
 
@@ -153,6 +159,8 @@ def delta_for_epsilon(components: tuple[Component, ...], epsilon: float) -> floa
         return 1.0
     if epsilon >= _pure_sum(components):
         return 0.0
+    if len(components) == 1 and components[0][0] == "gaussian":
+        return gaussian_delta(components[0][1], epsilon)
     return min(1.0, max(0.0, float(_composed(components).get_delta_for_epsilon(epsilon))))
 
 

@@ -580,7 +580,7 @@ class Ledger:
         cls,
         estimator: str,
         releases: Sequence[Release],
-        composition: Literal["pld", "parallel", "basic", "zcdp"],
+        composition: Literal["pld", "parallel", "basic", "zcdp"] = "pld",
         *,
         variant: str = "corrected",
         relation: str = "replace-one",
@@ -591,15 +591,16 @@ class Ledger:
     ) -> Ledger:
         """Compose the releases by ``composition`` and record the delivered guarantee.
 
-        ``composition="pld"``: every release contributes its privacy loss distribution
-        (:meth:`Release.pld_components`), composed by dp_accounting on the host (cached per
-        mechanism sequence), and the delivered (epsilon, delta) is the composed PLD's
-        pessimistic epsilon at ``delta`` (default: the requested delta; else the sum of the
-        releases' deltas). Where it cannot apply -- dp_accounting (the ``[pld]`` extra) is not
-        installed, or a discrete Gaussian release -- the ledger is composed in zCDP (if any
-        release is accounted in zCDP) or by basic composition instead, and a note says so
-        (:attr:`composition` names the rule used). ``"basic"``, ``"zcdp"`` and ``"parallel"``
-        (disjoint batches) are the papers' rules, by name.
+        ``composition="pld"`` (the default): every release contributes its privacy loss
+        distribution (:meth:`Release.pld_components`), composed by dp_accounting on the host
+        (cached per mechanism sequence), and the delivered (epsilon, delta) is the composed
+        PLD's pessimistic epsilon at ``delta`` (default: the requested delta; else the sum of
+        the releases' deltas); Gaussian releases alone are read off the exact Gaussian curve
+        of ``mu = sqrt(sum mu_t^2)``. Where it cannot apply -- dp_accounting (the ``[pld]``
+        extra) is not installed, or a discrete Gaussian release -- the ledger is composed in
+        zCDP (if any release is accounted in zCDP) or by basic composition instead, and a
+        note says so (:attr:`composition` names the rule used). ``"basic"``, ``"zcdp"`` and
+        ``"parallel"`` (disjoint batches) are the papers' rules, by name.
 
         ``delta`` is the target delta of a zCDP -> (eps, delta) conversion; ``conversion`` is
         a method of :func:`zcdp_to_approx_dp`, or ``"gaussian"`` (the exact curve, only when
