@@ -191,8 +191,10 @@ def test_every_registered_estimator_pld_equals_dp_accounting(entry):
             # (one user) only, whose releases are row i of every stream: compose each alone
             counts = {r.count for r in led.releases}
             assert len(counts) == 1, led.composition
-            groups = [[dataclasses.replace(r, noise=(r.noise[i],), count=1)
-                       for r in led.releases] for i in range(counts.pop())]
+            rows = dict.fromkeys(tuple(r.noise[i] for r in led.releases)
+                                 for i in range(counts.pop()))  # distinct rows, in order
+            groups = [[dataclasses.replace(r, noise=(row[j],), count=1)
+                       for j, r in enumerate(led.releases)] for row in rows]
         for rel in groups:
             pld = Ledger.build(led.estimator, rel, "pld", delta=delta)
             assert pld.composition == "pld"
