@@ -630,8 +630,11 @@ class Ledger:
                                  requested=requested, delta=target, conversion=conversion,
                                  notes=(*notes, why))
             if target is None:  # what basic composition would deliver
-                target = min(1.0, sum(b.delta for b in per))
+                target = min(1.0, sum(b.delta for b in per if isinstance(b, ApproxDP)))
             comps = _pld.normalise(c for r in rel for c in r.pld_components())
+            if target == 0 and any(c[0] in ("gaussian", "approx") for c in comps):
+                raise ValueError("composition='pld' of Gaussian releases needs the target "
+                                 "delta (delta=, or an (epsilon, delta) request)")
             target = min(float(target), 1.0)
             approx = ApproxDP(_pld.epsilon_for_delta(comps, target), target)
             notes += (_pld.NOTE,)

@@ -283,3 +283,11 @@ def test_calibrated_user_estimator_spends_its_request_by_dp_accountings_pld(targ
     # pessimistic PLD either way: dp_accounting's composition order may differ in the last bits
     assert 0.97 <= fracs[None] <= 1 + 1e-6, fracs
     assert fracs["zcdp"] < fracs[None] - 0.05, fracs
+
+
+def test_pld_of_gaussian_releases_needs_a_delta():
+    ev = PrivacyEvent("gaussian-zcdp", jnp.asarray([1.0]), jnp.asarray([2.0]),
+                      jnp.asarray([1.0]), jnp.asarray([0.0]))
+    with pytest.raises(ValueError, match="needs the target delta"):
+        Ledger.build("g", [Release.from_event(ev, "x")])
+    assert Ledger.build("g", [Release.from_event(ev, "x")], delta=1e-5).is_private
