@@ -113,3 +113,23 @@ def test_the_docs_page_example_prints_what_the_page_shows(capsys):
     exec(compile(code, "docs/many_fits.md", "exec"), {})
     assert capsys.readouterr().out == shown
     assert "many_fits.md" in (pathlib.Path(__file__).parents[1] / "mkdocs.yml").read_text()
+
+
+def test_calibrating_to_what_remains_spends_exactly_the_rest():
+    """Under the filter, ``calibrate`` to ``remaining()`` then ``calibrated_fit`` with the
+    accountant: admitted, and the total is spent (to calibrate's tolerance, never above)."""
+    from dpjax.accounting import ApproxDP
+    from dpjax.examples.dp_mean import DP_MEAN, MeanHyperparams
+
+    x = jax.random.normal(jax.random.key(0), (200, 3))
+    acct = Accountant(epsilon=1.0, delta=1e-2, composition="filter")
+    hp = MeanHyperparams(*map(np.float32, (0.4, 5e-3, 2.0)))
+    dpjax.fit(DP_MEAN, 0, x, np.zeros(3), hp, accountant=acct)
+    rem = acct.remaining()
+    assert rem.delta == pytest.approx(5e-3, rel=1e-5)
+    hp2 = hp._replace(delta=np.float32(rem.delta))
+    cal = dpjax.calibrate(DP_MEAN, hp2, ApproxDP(rem.epsilon, float(hp2.delta)), data=x,
+                          params0=np.zeros(3))
+    dpjax.calibrated_fit(DP_MEAN, 1, x, np.zeros(3), cal, accountant=acct)
+    assert 0.99 <= acct.spent().epsilon <= 1.0 * (1 + 1e-5)
+    assert acct.remaining().epsilon <= 0.01
