@@ -344,6 +344,7 @@ def fit(
     record: Callable[[PyTree, PyTree], PyTree] | None = None,
     secure: bool = False,
     grid: float | None = None,
+    accountant: Any = None,
 ) -> FitResult:
     """Fit ``estimator`` to one data set: the single entry point under every ``fit_*``.
 
@@ -375,6 +376,11 @@ def fit(
             permute-and-flip; an estimator with a release that has no such path raises.
         grid: with ``secure``: the public grid step, a power of two (default: per release,
             from its sensitivity; see :func:`~dpjax.mechanisms.secure_noise`).
+        accountant: a :class:`dpjax.Accountant` whose total this fit spends from: the fit's
+            ledger, predicted from public values before anything runs, is composed with what
+            was spent, and a fit that would exceed the total raises
+            :class:`~dpjax.accounting.PrivacyBudgetError` (nothing computed, nothing
+            released); the fit's own ledger is then recorded.
     """
     _validate.check_not_traced("dpjax.fit", key, data, params0, hparams)
     _validate.check_hparams(hparams)
@@ -383,6 +389,8 @@ def fit(
     if estimator.check is not None:  # public values only: a refusal never depends on the data
         estimator.check(n, hparams, jnp.result_type(*jax.tree_util.tree_leaves(data)))
     state0, hp = estimator.init(params0), jax.tree_util.tree_map(jnp.asarray, hparams)
+    if accountant is not None:
+        accountant.check(_predicted_ledger(estimator, n, data, state0, hparams, secure))
     if secure:
         # host (NumPy) hyperparameters: the eager steps then calibrate on the host, in float64
         # (a jnp calibration would compile its bisection loop anew at every eager call)
@@ -407,8 +415,32 @@ def fit(
     from dpjax.accounting import check_delivers
 
     check_delivers(ledger)  # the noise drawn must deliver what was asked (data-independent)
+    if accountant is not None:  # refuses (nothing returned) a ledger beyond the total
+        if ledger is None:
+            raise ValueError(f"{estimator.name}: an accountant needs an estimator with a ledger")
+        accountant.spend(ledger)
     to_np = functools.partial(jax.tree_util.tree_map, np.asarray)
     return FitResult(estimate, to_np(trace), ledger, hparams, to_np(final))
+
+
+def _predicted_ledger(estimator, n, data, state0, hparams, secure):
+    """The fit's ledger before it runs, from public values only: the events of a run on an
+    all-zero data set of the same shapes (the noise scales and sensitivities depend on ``n``,
+    the hyperparameters and the clipping levels, never on the records). With ``secure`` the
+    fit delivers at most its request (checked after the run): the request stands for it."""
+    if estimator.ledger is None:
+        raise ValueError(f"{estimator.name}: an accountant needs an estimator with a ledger")
+    from dpjax.accounting import ApproxDP
+    from dpjax.calibrate import _events_fn, _zeros_like
+
+    events = _events_fn(estimator)(_zeros_like(data), state0,
+                                   jax.tree_util.tree_map(jnp.asarray, hparams))
+    led = estimator.ledger(n, hparams, jax.tree_util.tree_map(np.asarray, events))
+    if secure and isinstance(led.requested, ApproxDP):
+        # the secure ledger (exact discrete noise) delivers at most the request; as a
+        # generic (epsilon, delta) mechanism it composes by its dominating PLD
+        return dataclasses.replace(led, composition="requested", approx_dp=led.requested)
+    return led
 
 
 def _secure_steps(estimator, key, data, state, hparams, record):

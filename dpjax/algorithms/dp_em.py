@@ -387,7 +387,7 @@ def _fit(
     num_iterations: int | None = None,
     sample_splitting: bool = True,
     on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
     calibration: Calibration | None = None,
 ) -> FitResult:
     check_model(model, EMModel, _EM_MODEL)
@@ -414,7 +414,7 @@ def _fit(
     else:
         estimator = gradient_em(model, N0, sample_splitting)
     hp = default_hparams(n, eps, delta, eta, truncation)
-    res = fit(estimator, a.key, data, beta0, hp, n=n, secure=secure)
+    res = fit(estimator, a.key, data, beta0, hp, n=n, secure=secure, accountant=accountant)
     if privatiser in ("noisy-ht", "gaussian"):
         # Facts computed from the public iterates beta^0 .. beta^{N0-1} (post-processing).
         used = np.concatenate([np.asarray(beta0, np.float64)[None], res.trace[:-1]], axis=0)
@@ -438,7 +438,7 @@ def fit_hd_dp_em(
     truncation: Any = None,
     num_iterations: int | None = None,
     on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
     calibration: Calibration | None = None,
 ) -> FitResult:
     """Fit high-dimensional DP-EM (spec 000 Alg 2; Alg 3/5/6 by ``model``) to one data set.
@@ -471,6 +471,8 @@ def fit_hd_dp_em(
             :func:`dpjax.mechanisms.noisy_hard_threshold`); the ledger's releases are
             ``"discrete-noisy-ht"``.
         calibration: ``"tight"`` (the default, ``None``) or ``"paper"`` (:func:`hd_dp_em`).
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`FitResult` with the estimate, the iterates, and the privacy ledger:
@@ -479,14 +481,16 @@ def fit_hd_dp_em(
     """
     return _fit("noisy-ht", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
                 eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=s_hat,
-                on_invalid=on_invalid, secure=secure, calibration=calibration)
+                on_invalid=on_invalid, secure=secure, calibration=calibration,
+                accountant=accountant)
 
 
 @_validate.host_only
 def fit_ld_dp_em(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None, beta0: Any,
     eta: Any = 0.5, truncation: Any = None, num_iterations: int | None = None,
-    on_invalid: str = "raise", secure: bool = False, calibration: Calibration | None = None,
+    on_invalid: str = "raise", secure: bool = False, accountant: Any = None,
+    calibration: Calibration | None = None,
 ) -> FitResult:
     """Fit low-dimensional DP-EM (spec 000 Alg 4/7/8 by ``model``) to one data set: the
     Gaussian mechanism on the whole truncated update. Arguments as :func:`fit_hd_dp_em` without
@@ -499,7 +503,8 @@ def fit_ld_dp_em(
     noise deliver the request under its zCDP accounting."""
     return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
                 eta=eta, truncation=truncation, num_iterations=num_iterations,
-                on_invalid=on_invalid, secure=secure, calibration=calibration)
+                on_invalid=on_invalid, secure=secure, calibration=calibration,
+                accountant=accountant)
 
 
 @_validate.host_only

@@ -600,7 +600,7 @@ def fit_dp_glm(
     calibration: Calibration | None = None,
     b_constant: float | None = None,
     on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
 ) -> FitResult:
     """Fit Algorithm 1 (low-dimensional DP GLM by noisy gradient descent) to one data set.
 
@@ -631,6 +631,8 @@ def fit_dp_glm(
             the privacy page's "Bad records on real data").
         secure: the floating-point-safe noise path for a real release (see
             :func:`dpjax.fit`).
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`FitResult`; its ledger gives the guarantee delivered under replace-one
@@ -648,7 +650,8 @@ def fit_dp_glm(
     # the l2 design ball lets a coordinate reach sigma_x sqrt(d): the estimator's own check
     # (run by fit) cannot see d
     _check(model, b, model.dim(data), n, hp, jnp.result_type(*jax.tree_util.tree_leaves(data)))
-    return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n, secure=secure)
+    return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n, secure=secure,
+               accountant=accountant)
 
 
 @_validate.host_only
@@ -656,6 +659,7 @@ def fit_sparse_dp_glm(
     key: Any, data: Any, model: GLM, *, epsilon: Any, delta: Any = None, s: int,
     num_iterations: int, eta: Any = 1.0, truncation: Any = None, beta0: Any = None,
     b_constant: float = B_CONSTANT, on_invalid: str = "raise", secure: bool = False,
+    accountant: Any = None,
     calibration: str = "tight",
 ) -> FitResult:
     """Fit Algorithm 5 (sparse DP GLM by noisy IHT with peeling) to one data set.
@@ -677,7 +681,7 @@ def fit_sparse_dp_glm(
         truncation=truncation, beta0=beta0, b_constant=b_constant, on_invalid=on_invalid)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration="paper")
     return fit(noisy_iht(model, s, T, b, calibration=calibration), key, data, beta0, hp, n=n,
-               secure=secure)
+               secure=secure, accountant=accountant)
 
 
 # --------------------------------------------------------------------------------------------

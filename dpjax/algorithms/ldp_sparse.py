@@ -486,7 +486,7 @@ def fit_nldp(
     cov: Literal["paper", "exact"] = "paper",
     calibration: str = "analytic",
     on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
 ) -> FitResult:
     """Fit Algorithm 1 (NLDP, spec 001 §2.1) once to ``n`` users, one record each.
 
@@ -516,6 +516,8 @@ def fit_nldp(
             discrete Gaussian noise (drawn per user, whatever ``per_user`` says), calibrated so
             that the secure ledger (zCDP per user, converted by CKS) delivers each user's
             (epsilon, delta); the users' reports then run eagerly, slower than the default.
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) is each user's
@@ -539,7 +541,7 @@ def fit_nldp(
                                                    given["tau2"], lam)))
     est = nldp(num_chunks, per_user=per_user, cov=cov, calibration=calibration)
     res = fit(est, key, (x, y), jnp.zeros(d, x.dtype), hp, record=_record_min_eig,
-              secure=secure)
+              secure=secure, accountant=accountant)
     min_eig = float(res.state.min_eig)
     if not min_eig > 0:
         need = 512 * d * float(hp.r) ** 4 * math.log(2.5 / float(hp.delta)) / float(
