@@ -484,8 +484,8 @@ def _edge_quantile(d: int) -> float:
     """``q_d = 2 sqrt(d) - 4 d^(-1/6)``: ``P(lambda_max(W) < q_d) <= 0.023`` for the ``d x d``
     symmetric ``W`` with i.i.d. standard normal upper triangle (the noise of the covariance
     report, diagonal included, in units of its entry sd). Semicircle edge ``2 sqrt(d)`` minus
-    4 Tracy-Widom widths ``d^(-1/6)``; checked by simulation for d = 1 to 200 (1.3% to 2.3%,
-    tests/test_ldp_sparse.py)."""
+    4 Tracy-Widom widths ``d^(-1/6)``; by simulation 1.3% to 2.3% for d = 1 to 200
+    (``tests/test_ldp_sparse.py`` checks d = 1 to 60)."""
     return 2.0 * math.sqrt(d) - 4.0 * d ** (-1.0 / 6.0)
 
 
@@ -510,7 +510,7 @@ def nldp_feasibility(n: int, d: int, r: float, epsilon: float, delta: float, *,
     if math.isinf(epsilon) or d < 1:
         return True, 0.0
     q = _edge_quantile(d)
-    if q <= 0:  # d = 1 is never refused (the noise has no edge to speak of)
+    if q <= 0:  # d <= 2: r^2/d > 0 > q_d s, never refused
         return True, 0.0
     s1, _ = nldp_noise_stds(d, r, 1.0, 1.0, epsilon, delta, cov, calibration)
     n_min = (q * d * s1 / (r * r)) ** 2
