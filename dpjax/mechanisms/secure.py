@@ -71,9 +71,10 @@ def secure_noise(grid: float | None = None, *, noise_factor: float = 1.0):
 
     With ``noise_factor = 1`` a Gaussian mechanism calibrated for (epsilon, delta) on the exact
     Gaussian curve keeps its rho, and rho-zCDP converted to (epsilon, delta) is looser than
-    that curve: the release then proves a larger epsilon than requested. :func:`dpjax.fit`
-    with ``secure=True`` therefore solves, before the run, the smallest factor with which its
-    ledger delivers the request, and passes it here.
+    that curve: the release then proves a larger epsilon than requested (and a calibration
+    looser than the secure accounting, e.g. Bun-Steinke's conversion, a smaller one).
+    :func:`dpjax.fit` with ``secure=True`` therefore solves, before the run, the factor (above
+    or below 1) with which its ledger delivers the request, and passes it here.
 
     Needs concrete values (a single release run eagerly, :func:`dpjax.fit` with
     ``secure=True``), not a jitted or vmapped sweep: the integer sensitivity is computed exactly
