@@ -393,6 +393,23 @@ def _spent(ledger, target) -> float:
     return got.epsilon / target.epsilon
 
 
+def _spends_request(ledger) -> bool:
+    """Whether a (default-path) ledger delivers its request, to within 1% below and the float
+    rounding :func:`~dpjax.accounting.check_delivers` allows above: a variant that spends its
+    request (e.g. DP-IV's tight calibration, labelled by its name) is calibrated on the secure
+    path like the corrected one; a paper-literal one that does not (over- or under-noised)
+    keeps the carried noise."""
+    from dpjax.accounting import DELIVERY_RTOL, ZCDP
+
+    req = ledger.requested
+    if isinstance(req, ZCDP):
+        got = ledger.guarantee.rho if isinstance(ledger.guarantee, ZCDP) else math.inf
+        return 0.99 * req.rho <= got <= req.rho * (1 + DELIVERY_RTOL)
+    got = ledger.approx_dp
+    return (0.99 * req.epsilon <= got.epsilon <= req.epsilon * (1 + DELIVERY_RTOL)
+            and got.delta <= req.delta * (1 + DELIVERY_RTOL))
+
+
 def _plan_pass(estimator, data, state0, hp, grid, delta_factor=1.0):
     """The planned events of a secure run (nothing drawn; see :func:`_secure_plan`)."""
     from dpjax.mechanisms.secure import _secure_mode
@@ -439,11 +456,13 @@ def _secure_plan(estimator, n, data, state0, hp, hparams, grid, target=None) -> 
     composed delta to at most the request, rounded down to float32 (a relative change of about
     1e-7, which the ledger records), and the pass is planned again.
 
-    Variants other than ``"corrected"`` (documented paper-literal ones) keep ``kappa = 1``:
-    their ledgers state what they deliver. A request the secure accounting cannot meet at any
-    ``kappa`` in ``[2^-20, 2^20]`` raises :class:`~dpjax.accounting.PrivacyBudgetError`
-    before anything is released, naming the cause (a delta the composition exceeds, or
-    releases the factor does not scale).
+    A variant that is not ``"corrected"`` and does not spend its request on the default path
+    (a documented paper-literal one, over- or under-noised) keeps ``kappa = 1``: its ledger
+    states what it delivers; one that spends it (e.g. DP-IV's tight calibration) is solved like
+    the corrected one, and so is any variant given an explicit ``target``. A request the secure
+    accounting cannot meet at any ``kappa`` in ``[2^-20, 2^20]`` raises
+    :class:`~dpjax.accounting.PrivacyBudgetError` before anything is released, naming the
+    cause (a delta the composition exceeds, or releases the factor does not scale).
     """
     from dpjax.accounting import ApproxDP, PrivacyBudgetError
     from dpjax.mechanisms import NOISE_FACTOR_KINDS, PlannedEvent
@@ -465,8 +484,10 @@ def _secure_plan(estimator, n, data, state0, hp, hparams, grid, target=None) -> 
         delta = float(np.asarray(getattr(hparams, "delta", 1.0 / (2.0 * n))))
     plan = _SecurePlan(estimator.name, estimator.batching, estimator.num_steps, n, grid,
                        requested, variant, tuple(notes), delta, 1.0)
-    if variant != "corrected" or requested is None or not requested.is_private:
+    if requested is None or not requested.is_private:
         return plan
+    if target is None and variant != "corrected" and not _spends_request(float_ledger):
+        return plan  # a paper-literal variant: its ledger states what it delivers
     plain = lambda p: jax.tree_util.tree_map(_plain_event, p, is_leaf=is_planned)  # noqa: E731
     events = plain(planned)
 
@@ -662,8 +683,8 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
             f"noise factor kappa = {plan.noise_factor:.6g}: every discrete noise is kappa times "
             "the one carried over from the default path's calibration (rho / kappa^2, "
             "epsilon / kappa), solved (above or below 1) so that this accounting delivers the "
-            "request: at most it, within 1e-6 of it (1 for a variant that is not the corrected "
-            "one)")
+            "request: at most it, within 1e-6 of it (1 for a paper-literal variant that does not "
+            "spend its request)")
     if local:
         rule = "zCDP" if "discrete-gaussian" in kinds else "basic composition"
         notes.append(f"local DP: each user's own guarantee (its releases composed by {rule}); "
