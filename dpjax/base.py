@@ -632,9 +632,9 @@ def _secure_guarantee(plan: _SecurePlan, events):
     else:
         guarantee = approx = ApproxDP(total, min(1.0, float(combine(per_step_delta))))
         within = "basic"
-    if local:  # each user reports once: its releases compose, users do not
+    if local and per_release > 1:  # each user reports once: its releases compose, users not
         composition = (f"{within} per user ({per_release} releases); parallel across disjoint "
-                       "users" if per_release > 1 else "parallel across disjoint users")
+                       "users")
     elif not disjoint or steps == 1:
         composition = within
     elif per_release == 1:
