@@ -187,7 +187,10 @@ def check_array(
     if arr.dtype.kind == "b" and not allow_bool:
         raise TypeError(f"{name} must be a real array; got a boolean array")
     if arr.dtype.kind not in "fiub":
-        raise TypeError(f"{name} must be a real array; got dtype {arr.dtype}")
+        raise TypeError(f"{name} must be a real array of a NumPy numeric dtype (float16, "
+                        f"float32, float64 or an integer); got dtype {arr.dtype}"
+                        + (" (an ml_dtypes type NumPy does not count as a number): convert it, "
+                           "e.g. np.asarray(x, np.float32)" if arr.dtype.kind == "V" else ""))
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s); got shape {arr.shape}")
     if shape is not None:

@@ -345,6 +345,7 @@ def fit(
     secure: bool = False,
     grid: float | None = None,
     accountant: Any = None,
+    requested: Any = None,
 ) -> FitResult:
     """Fit ``estimator`` to one data set: the single entry point under every ``fit_*``.
 
@@ -381,6 +382,11 @@ def fit(
             was spent, and a fit that would exceed the total raises
             :class:`~dpjax.accounting.PrivacyBudgetError` (nothing computed, nothing
             released); the fit's own ledger is then recorded.
+        requested: the budget (:class:`~dpjax.accounting.ApproxDP` or
+            :class:`~dpjax.accounting.ZCDP`) the ledger records as requested and is checked
+            against, in place of the one the estimator's ledger reads off ``hparams`` (default);
+            with ``secure``, the one the noise factor is solved for. For hyperparameters
+            scaled by a calibration (:func:`dpjax.calibrated_fit` passes its target).
     """
     _validate.check_not_traced("dpjax.fit", key, data, params0, hparams)
     _validate.check_hparams(hparams)
@@ -395,10 +401,10 @@ def fit(
         # host (NumPy) hyperparameters: the eager steps then calibrate on the host, in float64
         # (a jnp calibration would compile its bisection loop anew at every eager call)
         hp = jax.tree_util.tree_map(np.asarray, hparams)
-        plan = _secure_plan(estimator, n, data, state0, hp, hparams, grid)
+        plan = _secure_plan(estimator, n, data, state0, hp, hparams, grid, requested)
         final, (trace, events) = _secure_run(estimator, as_key(key), data, state0, hp,
                                              _fit_record(output, record), grid,
-                                             plan.noise_factor)
+                                             plan.noise_factor, plan.delta_factor)
     else:
         final, (trace, events) = _fit_run(estimator, as_key(key), data, state0, hp, output,
                                           record)
@@ -412,6 +418,8 @@ def fit(
         ledger = _secure_ledger(estimator, plan, events)
     else:
         ledger = None if estimator.ledger is None else estimator.ledger(n, hparams, events)
+        if ledger is not None and requested is not None:
+            ledger = dataclasses.replace(ledger, requested=requested)
     from dpjax.accounting import check_delivers
 
     check_delivers(ledger)  # the noise drawn must deliver what was asked (data-independent)
@@ -455,12 +463,14 @@ def _secure_steps(estimator, key, data, state, hparams, record):
     return state, jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *out)
 
 
-def _secure_run(estimator, key, data, state, hparams, record, grid, noise_factor=1.0):
+def _secure_run(estimator, key, data, state, hparams, record, grid, noise_factor=1.0,
+                delta_factor=1.0):
     """The secure run: :func:`_secure_steps` inside
-    :func:`~dpjax.mechanisms.secure_noise` ``(grid, noise_factor=noise_factor)``."""
-    from dpjax.mechanisms import secure_noise
+    :func:`~dpjax.mechanisms.secure_noise` ``(grid, noise_factor=noise_factor)`` (exact
+    peeling's delta shares scaled by ``delta_factor``, see :func:`_secure_plan`)."""
+    from dpjax.mechanisms.secure import _secure_mode
 
-    with secure_noise(grid, noise_factor=noise_factor):
+    with _secure_mode(grid, noise_factor, delta_factor=delta_factor):
         return _secure_steps(estimator, key, data, state, hparams, record)
 
 
@@ -477,28 +487,83 @@ class _SecurePlan(NamedTuple):
     num_steps: int
     n: int
     grid: float | None
-    requested: Any  # the float ledger's request (None: none)
+    requested: Any  # the budget the secure noise is solved for (None: none)
     variant: str
     notes: tuple[str, ...]
     delta: float  # the target delta of the zCDP -> (epsilon, delta) conversion
-    noise_factor: float  # kappa >= 1
+    noise_factor: float  # kappa > 0
+    delta_factor: float = 1.0  # exact peeling's delta shares are scaled by this (<= 1)
 
 
 #: the bisection aims this far (relative) below the request, to absorb the float32 rounding of
 #: the recorded scales; the delivered guarantee is then within ~1e-6 of the request
 _KAPPA_MARGIN = 1e-6
+#: the noise factor is searched in [2^-_KAPPA_RANGE, 2^_KAPPA_RANGE]
+_KAPPA_RANGE = 20
 
 
-def _secure_plan(estimator, n, data, state0, hp, hparams, grid) -> _SecurePlan:
+def _spent(ledger, target) -> float:
+    """What ``ledger`` delivers as a fraction of ``target``: the epsilon over the target's (inf
+    where its delta exceeds the target's, exactly: no tolerance), or the rho over the target's
+    for a zCDP target (a pure (epsilon, 0) guarantee read as epsilon^2/2-zCDP). Read off the
+    ledger's own composed guarantee, whatever its composition rule."""
+    from dpjax.accounting import ZCDP, pure_to_zcdp
+
+    if isinstance(target, ZCDP):
+        got = ledger.guarantee
+        if not isinstance(got, ZCDP):
+            got = pure_to_zcdp(got.epsilon) if got.delta == 0 else ZCDP(math.inf)
+        return got.rho / target.rho
+    got = ledger.approx_dp
+    if got.delta > target.delta:
+        return math.inf
+    return got.epsilon / target.epsilon
+
+
+def _spends_request(ledger) -> bool:
+    """Whether a (default-path) ledger delivers its request, to within 1% below and the float
+    rounding :func:`~dpjax.accounting.check_delivers` allows above: a variant that spends its
+    request (e.g. DP-IV's tight calibration, labelled by its name) is calibrated on the secure
+    path like the corrected one; a paper-literal one that does not (over- or under-noised)
+    keeps the carried noise."""
+    from dpjax.accounting import DELIVERY_RTOL, ZCDP
+
+    req = ledger.requested
+    if isinstance(req, ZCDP):
+        got = ledger.guarantee.rho if isinstance(ledger.guarantee, ZCDP) else math.inf
+        return 0.99 * req.rho <= got <= req.rho * (1 + DELIVERY_RTOL)
+    got = ledger.approx_dp
+    return (0.99 * req.epsilon <= got.epsilon <= req.epsilon * (1 + DELIVERY_RTOL)
+            and got.delta <= req.delta * (1 + DELIVERY_RTOL))
+
+
+def _plan_pass(estimator, data, state0, hp, grid, delta_factor=1.0):
+    """The planned events of a secure run (nothing drawn; see :func:`_secure_plan`)."""
+    from dpjax.mechanisms.secure import _secure_mode
+
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, data)
+    with _secure_mode(grid, plan=True, delta_factor=delta_factor):
+        return _secure_steps(estimator, jax.random.key(0), zeros, state0, hp, _events_only)[1]
+
+
+def _secure_plan(estimator, n, data, state0, hp, hparams, grid, target=None) -> _SecurePlan:
     r"""Settle a secure fit's noise factor ``kappa`` before the real run.
 
-    The discrete Gaussian of a secure release is accounted in zCDP and converted to
-    (epsilon, delta) by CKS (Prop 12), which is looser than the exact Gaussian curve the
-    default path solves its ``sigma`` on: carried over as it is (``rho = (Delta/sigma)^2/2``),
-    the noise would deliver a larger epsilon than requested (e.g. 1.633 for a one-release
-    request of (1.5, 1e-5)). So every discrete noise is multiplied by one factor
-    ``kappa >= 1`` (``sigma``, the discrete Laplace's ``t``; ``rho / kappa^2``), the smallest
-    with which the secure ledger (:func:`_secure_ledger`) delivers the request.
+    The discrete noise of a secure release is accounted by the secure ledger
+    (:func:`_secure_ledger`: discrete Gaussians in zCDP, converted to (epsilon, delta) at the
+    requested delta), which is not the accounting the default path calibrated its noise for
+    (the exact Gaussian curve, Bun-Steinke's conversion, basic composition of per-user
+    releases, ...). Carried over as it is (``rho = (Delta/sigma)^2/2``), the noise would
+    deliver more than requested (e.g. 1.633 for a one-release request of (1.5, 1e-5)) or less
+    (0.69-0.92 of it for DP gradient EM). So every discrete noise is multiplied by one factor
+    ``kappa > 0`` (``sigma``, the discrete Laplace's ``t``; ``rho / kappa^2``), solved by
+    bisection so that the secure ledger delivers the request: the smallest ``kappa`` whose
+    ledger delivers at most ``(1 - 1e-6)`` of the target (the target's delta exactly), above
+    or below 1. The search calls the secure ledger itself on the planned events with every
+    noise scaled by ``kappa``, so it follows that ledger's composition rule whatever it is.
+
+    ``target`` (default: the request the estimator's own ledger reads off ``hparams``) is the
+    budget to deliver; :func:`dpjax.calibrate.calibrated_fit` passes its calibration's target.
 
     Why a planning pass. The ledger's guarantee depends only on each release's noise
     parameter and integer sensitivity (functions of public values: n, the clipping levels, the
@@ -508,30 +573,36 @@ def _secure_plan(estimator, n, data, state0, hp, hparams, grid) -> _SecurePlan:
     the default path would record for it. So ``kappa`` is a function of public values only
     (it never sees the data), the estimator's own ledger on the default path's events gives
     the request, the variant label and the notes, and the structure of the run (which
-    release in which step) comes from the estimator's real code, not from a model of it.
-    ``kappa`` is then found by bisection on the planned events with every noise scaled by
-    ``kappa``; the real run rounds each scaled parameter up, so its noise is at least the
-    planned one, and :func:`~dpjax.accounting.check_delivers` checks its ledger anyway.
+    release in which step) comes from the estimator's real code, not from a model of it. The
+    real run rounds each scaled parameter up, so its noise is at least the planned one, and
+    :func:`~dpjax.accounting.check_delivers` checks its ledger anyway.
 
-    Variants other than ``"corrected"`` (documented paper-literal ones) keep ``kappa = 1``:
-    their ledgers state what they deliver. A request the secure accounting cannot meet at any
-    ``kappa`` (e.g. delta = 0 with Gaussian noise) raises
-    :class:`~dpjax.accounting.PrivacyBudgetError` before anything is released.
+    Delta. The noise factor cannot change a delta. Exact peeling spends a per-step share of
+    delta (``delta / T`` in float32), and ``T`` float32 shares can compose to one rounding step
+    above the float32 request; then every share is scaled by the factor that brings the
+    composed delta to at most the request, rounded down to float32 (a relative change of about
+    1e-7, which the ledger records), and the pass is planned again.
+
+    A variant that is not ``"corrected"`` and does not spend its request on the default path
+    (a documented paper-literal one, over- or under-noised) keeps ``kappa = 1``: its ledger
+    states what it delivers; one that spends it (e.g. DP-IV's tight calibration) is solved like
+    the corrected one, and so is any variant given an explicit ``target``. A request the secure
+    accounting cannot meet at any ``kappa`` in ``[2^-20, 2^20]`` raises
+    :class:`~dpjax.accounting.PrivacyBudgetError` before anything is released, naming the
+    cause (a delta the composition exceeds, or releases the factor does not scale).
     """
-    from dpjax.accounting import ZCDP, ApproxDP, PrivacyBudgetError
-    from dpjax.mechanisms import PlannedEvent
-    from dpjax.mechanisms import _secure_plan as plan_mode
+    from dpjax.accounting import ApproxDP, PrivacyBudgetError
+    from dpjax.mechanisms import NOISE_FACTOR_KINDS, PlannedEvent
 
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, data)
-    with plan_mode(grid):
-        _, planned = _secure_steps(estimator, jax.random.key(0), zeros, state0, hp,
-                                   _events_only)
+    planned = _plan_pass(estimator, data, state0, hp, grid)
     is_planned = lambda e: isinstance(e, PlannedEvent)  # noqa: E731
     float_events = jax.tree_util.tree_map(
         lambda e: e.float_event if is_planned(e) else e, planned, is_leaf=is_planned)
     float_ledger = None if estimator.ledger is None else estimator.ledger(n, hparams,
                                                                           float_events)
     requested = None if float_ledger is None else float_ledger.requested
+    if target is not None:
+        requested = target
     variant = "corrected" if float_ledger is None else float_ledger.variant
     notes = () if float_ledger is None else float_ledger.notes
     if isinstance(requested, ApproxDP) and requested.delta > 0:
@@ -540,33 +611,76 @@ def _secure_plan(estimator, n, data, state0, hp, hparams, grid) -> _SecurePlan:
         delta = float(np.asarray(getattr(hparams, "delta", 1.0 / (2.0 * n))))
     plan = _SecurePlan(estimator.name, estimator.batching, estimator.num_steps, n, grid,
                        requested, variant, tuple(notes), delta, 1.0)
-    if variant != "corrected" or requested is None:
+    if requested is None or not requested.is_private:
         return plan
-    events = jax.tree_util.tree_map(_plain_event, planned, is_leaf=is_planned)
+    if target is None and variant != "corrected" and not _spends_request(float_ledger):
+        return plan  # a paper-literal variant: its ledger states what it delivers
+    plain = lambda p: jax.tree_util.tree_map(_plain_event, p, is_leaf=is_planned)  # noqa: E731
+    events = plain(planned)
+
+    def ledger_at(kappa: float, plan=plan, events=events):
+        return _secure_ledger(estimator, plan._replace(noise_factor=kappa),
+                              _scaled(events, kappa))
+
+    def refuse(cause: str):
+        raise PrivacyBudgetError(
+            f"{estimator.name}: secure=True cannot deliver the requested {requested} with exact "
+            f"discrete noise: {cause}; nothing is released")
+
+    kinds = {e.kind for e in _as_tuple(events)}
+
+    def delta_cause(got: float) -> str:
+        cause = (f"its releases compose to delta = {got:.6g}, above the requested delta, and "
+                 "no noise factor changes a delta")
+        if requested.delta == 0 and "discrete-gaussian" in kinds:
+            cause += (" (discrete Gaussian releases are accounted in zCDP, which proves no "
+                      "delta = 0 guarantee: request a positive delta)")
+        return cause
+
+    if isinstance(requested, ApproxDP):
+        got = ledger_at(1.0).approx_dp.delta
+        if got > requested.delta:  # per-step delta shares composed above the request
+            factor = requested.delta / got * (1.0 - 1e-9)
+            if factor < 1.0 - 1e-4:  # more than rounding: the estimator's split is wrong
+                refuse(delta_cause(got))
+            plan = plan._replace(delta_factor=factor)
+            events = plain(_plan_pass(estimator, data, state0, hp, grid, factor))
+            got = ledger_at(1.0, plan, events).approx_dp.delta
+            if got > requested.delta:
+                refuse(delta_cause(got) + " (even with every per-step share rounded down)")
 
     def short(kappa: float, margin: float = _KAPPA_MARGIN) -> bool:
-        got, approx = _secure_guarantee(plan, _scaled(events, kappa))[:2]
-        if isinstance(requested, ZCDP):
-            rho = got.rho if isinstance(got, ZCDP) else 0.5 * got.epsilon**2 if \
-                got.delta == 0 else math.inf
-            return not rho <= requested.rho * (1 - margin)
-        return not (approx.epsilon <= requested.epsilon * (1 - margin)
-                    and approx.delta <= requested.delta)
+        return not _spent(ledger_at(kappa, plan, events), requested) <= 1.0 - margin
 
-    # at kappa = 1 the real run draws exactly the planned noise: no margin needed (pure
-    # releases, e.g. the l2-ball randomizer, deliver their epsilon exactly and kappa cannot
-    # change them)
-    if not short(1.0, 0.0):
+    if not kinds & set(NOISE_FACTOR_KINDS):
+        # no release the factor scales (pure l2-ball randomizer reports, exact peeling, which
+        # is solved on its own grid): the planned noise is the noise drawn, no margin needed
+        if short(1.0, 0.0):
+            led = ledger_at(1.0, plan, events)
+            refuse(f"its releases ({', '.join(sorted(kinds))}) deliver {led.approx_dp} and "
+                   "none has a noise the factor scales")
         return plan
-    lo, hi = 1.0, 2.0
-    while short(hi):
-        lo, hi = hi, 2.0 * hi
-        if hi > 2.0**20:
-            raise PrivacyBudgetError(
-                f"{estimator.name}: secure=True cannot deliver the requested {requested} with "
-                "exact discrete noise (no noise factor up to 2^20 does, under its zCDP "
-                "accounting); nothing is released. Use the default noise path or a request "
-                "with a positive delta")
+    top = 2.0**_KAPPA_RANGE
+    if short(1.0):
+        lo, hi = 1.0, 2.0
+        while short(hi):
+            lo, hi = hi, 2.0 * hi
+            if hi > top:
+                led = ledger_at(top, plan, events)
+                if led.approx_dp.delta > getattr(requested, "delta", math.inf):
+                    cause = delta_cause(led.approx_dp.delta)
+                else:
+                    others = sorted(kinds - set(NOISE_FACTOR_KINDS) - {"none"})
+                    cause = (f"even at noise factor 2^{_KAPPA_RANGE} its ledger delivers "
+                             f"{led.approx_dp}; the releases the factor does not scale "
+                             f"({', '.join(others) or 'none'}) spend more than the request")
+                refuse(cause)
+    else:
+        lo, hi = 0.5, 1.0
+        while not short(lo):
+            lo, hi = 0.5 * lo, lo
+            if lo < 1.0 / top:  # the request is met at every factor tried: keep the smallest
+                return plan._replace(noise_factor=hi)
     while hi - lo > 1e-9 * hi:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if short(mid) else (lo, mid)
@@ -645,7 +759,10 @@ def _secure_guarantee(plan: _SecurePlan, events):
     else:
         guarantee = approx = ApproxDP(total, min(1.0, float(combine(per_step_delta))))
         within = "basic"
-    if not disjoint or steps == 1:
+    if local and per_release > 1:  # each user reports once: its releases compose, users not
+        composition = (f"{within} per user ({per_release} releases); parallel across disjoint "
+                       "users")
+    elif not disjoint or steps == 1:
         composition = within
     elif per_release == 1:
         composition = "parallel"
@@ -670,8 +787,12 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
     grid_note = ("per release, the largest power of two <= Delta/(64 sqrt(d))" if plan.grid is
                  None else f"{plan.grid:g}")
     kinds = {e.kind for e in events}
+    # the estimator's notes, less those about the default path's accounting: its Gaussian
+    # curve, its conversion, and a composition rule the secure ledger does not use
+    other_rule = "basic composition" if "discrete-gaussian" in kinds else "zcdp composition"
     kept = tuple(n for n in plan.notes if n != GAUSSIAN_CURVE_NOTE
-                 and not n.startswith("(epsilon, delta) from rho-zCDP by the"))
+                 and not n.startswith("(epsilon, delta) from rho-zCDP by the")
+                 and other_rule not in n.lower())
     notes = [
         "exact discrete noise (secure=True): on the floating-point-safe path every noisy "
         "release is its statistic rounded to a "
@@ -688,8 +809,17 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
         notes.append(
             f"noise factor kappa = {plan.noise_factor:.6g}: every discrete noise is kappa times "
             "the one carried over from the default path's calibration (rho / kappa^2, "
-            "epsilon / kappa), the smallest kappa >= 1 with which this accounting delivers the "
-            "request (1 for a variant that is not the corrected one)")
+            "epsilon / kappa), solved (above or below 1) so that this accounting delivers the "
+            "request: at most it, within 1e-6 of it (1 for a paper-literal variant that does not "
+            "spend its request)")
+    if local:
+        rule = "zCDP" if "discrete-gaussian" in kinds else "basic composition"
+        notes.append(f"local DP: each user's own guarantee (its releases composed by {rule}); "
+                     "users are disjoint, so nothing composes across users")
+    if plan.delta_factor != 1.0:
+        notes.append(f"each exact peeling release spends its share of delta times "
+                     f"{plan.delta_factor:.9g}, rounded down to float32, so that the float32 "
+                     "shares compose to at most the requested delta")
     if "ldp-randomizer" in kinds:
         notes.append("l2-ball randomizer reports are exact as implemented: the side is a 64-bit "
                      "integer coin, and given the pair {u, -u} of directions drawn (whose law "

@@ -58,7 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax.accounting import DELIVERY_RTOL, ZCDP, ApproxDP, Budget, Ledger, check_delivers
+from dpjax.accounting import DELIVERY_RTOL, ZCDP, ApproxDP, Budget, Ledger
 from dpjax.base import Estimator, FitResult, fit, run
 
 __all__ = ["Calibration", "CalibrationError", "budget_fields", "calibrate", "calibrated_fit",
@@ -323,12 +323,16 @@ def calibrate(
 def calibrated_fit(estimator: Estimator, key: Any, data: Any, params0: Any,
                    calibration: Calibration, **kwargs: Any) -> FitResult:
     """:func:`dpjax.fit` at a (single-level) :class:`Calibration`'s hyperparameters, with the
-    ledger's ``requested`` set to the calibration's target (and checked against it)."""
+    ledger's ``requested`` set to the calibration's target (and checked against it).
+
+    One calibration for both noise paths: the target is the request of the fit
+    (``dpjax.fit(..., requested=calibration.target)``), so with ``secure=True`` the secure
+    plan solves its noise factor for the target too, not for the budget the scaled
+    hyperparameters would read as (which is ``factor`` times it)."""
     if np.ndim(calibration.factor) != 0:
         raise ValueError("calibrated_fit takes a single-level calibration")
-    res = fit(estimator, key, data, params0, calibration.hparams, **kwargs)
-    if res.ledger is None:
-        return res
-    ledger = dataclasses.replace(res.ledger, requested=calibration.target)
-    check_delivers(ledger)
-    return res._replace(ledger=ledger)
+    if "requested" in kwargs:
+        raise TypeError("calibrated_fit takes its request from the calibration (its target); "
+                        "do not pass requested")
+    return fit(estimator, key, data, params0, calibration.hparams,
+               requested=calibration.target, **kwargs)

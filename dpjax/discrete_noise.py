@@ -669,8 +669,8 @@ def _f32_up(x: Fraction) -> np.float32:
 
 def _check_noise_factor(noise_factor: Any) -> float:
     f = _concrete(noise_factor)
-    if f is None or f.ndim != 0 or not (math.isfinite(float(f)) and float(f) >= 1.0):
-        raise ValueError(f"noise_factor must be a finite host number >= 1; got {noise_factor!r}")
+    if f is None or f.ndim != 0 or not (math.isfinite(float(f)) and float(f) > 0.0):
+        raise ValueError(f"noise_factor must be a finite host number > 0; got {noise_factor!r}")
     return float(f)
 
 
@@ -990,7 +990,7 @@ def secure_laplace_mechanism(
             traced array (no recompilation when it changes). A host ``epsilon`` is validated,
             including ``Delta_1^Z / epsilon <= T_MAX = 2^20``; a traced invalid one gives NaN.
         grid: the public grid step, a power of two.
-        noise_factor: a host number ``>= 1``: ``t`` is multiplied by it (rounded up), so the
+        noise_factor: a host number ``> 0``: ``t`` is multiplied by it (rounded up), so the
             release is ``epsilon / noise_factor``-DP or better (default 1: exactly the
             calibration above).
 
@@ -1118,7 +1118,7 @@ def secure_gaussian_mechanism(
         rho: ``> 0`` or ``inf`` (exactly zero noise); may be traced. A host ``rho`` is validated,
             including ``sigma^2 <= SIGMA2_MAX = 2^40``; a traced invalid one gives NaN.
         grid: the public grid step, a power of two.
-        noise_factor: a host number ``>= 1``: ``sigma`` is multiplied by it (``sigma^2`` by its
+        noise_factor: a host number ``> 0``: ``sigma`` is multiplied by it (``sigma^2`` by its
             square, rounded up), so the release is ``rho / noise_factor^2``-zCDP or better
             (default 1: exactly the calibration above).
 

@@ -254,3 +254,14 @@ def test_bad_input_is_refused_naming_the_parameter_and_its_range(call, name, all
     assert all(np.isfinite(np.asarray(x, float)).all() for x in leaves
                if np.issubdtype(np.asarray(x).dtype, np.number))
     pytest.fail(f"no exception for a bad {name}")
+
+
+def test_bfloat16_data_is_refused_with_the_dtype_rule():
+    """Issue 44 item 12: bfloat16 (an ml_dtypes type, NumPy kind 'V') was refused as "not a real
+    array"; the message now states the dtypes a fit takes and how to convert."""
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(N, D)), jnp.bfloat16)
+    y = jnp.asarray(np.ones(N), jnp.bfloat16)
+    with pytest.raises(TypeError, match=r"data\.x must be a real array of a NumPy numeric dtype "
+                       r"\(float16, float32, float64 or an integer\); got dtype bfloat16 .*"
+                       r"np\.asarray\(x, np\.float32\)"):
+        dp_glm.fit_dp_glm(0, (x, y), GLM("logistic"), epsilon=1.0, num_iterations=2)

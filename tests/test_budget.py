@@ -150,6 +150,30 @@ def test_calibrate_a_user_estimator_hits_its_target():
                         params0=jnp.zeros(3))
 
 
+@pytest.mark.parametrize("name", ["dp-mean/classic", "ld-dp-em/gmm", "alg1-noisy-gd/logistic",
+                                  "ldp-public"])
+def test_a_calibration_serves_the_secure_path_too(name):
+    """Issue 44 item 10: calibrated_fit(..., secure=True) refused almost every time, its secure
+    plan aiming at the budget the scaled hyperparameters read as (factor x the target) rather
+    than at the calibration's target. Now both paths deliver the target, never above it."""
+    if name == "dp-mean/classic":  # the classic formula: a factor far from 1 (1.92)
+        est, hp, x = _dp_mean(calibration="classic-or-analytic")
+        params0 = jnp.zeros(3)
+    else:
+        entry = next(e for e in registry.entries() if e.name == name)
+        est, ex = entry.build(), entry.example()
+        hp, x, params0 = jax.tree_util.tree_map(np.asarray, ex.hparams(1.0)), ex.data, \
+            ex.params0
+    cal = dpjax.calibrate(est, hp, data=x, params0=params0)
+    for secure in (False, True):
+        res = dpjax.calibrated_fit(est, 1, x, params0, cal, secure=secure)
+        assert res.ledger.requested == cal.target
+        assert 0.99 <= delivered_fraction(res.ledger) <= 1.0
+        assert res.ledger.approx_dp.delta <= cal.target.delta * (1 + DELIVERY_RTOL)
+    with pytest.raises(TypeError, match="do not pass requested"):
+        dpjax.calibrated_fit(est, 1, x, params0, cal, requested=cal.target)
+
+
 def test_calibrate_solves_two_stages_with_one_factor():
     """DP IV regression's two stages (rho1, rho2): the paper calibration delivers half; the
     solve keeps the split rho1 : rho2 and spends the whole rho."""

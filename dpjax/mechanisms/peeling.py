@@ -135,6 +135,14 @@ def _peeling_grid(sensitivity: float, multiplier: float) -> float:
     return 2.0 ** min(max(e, -64), 64)
 
 
+def _f32_down(x: float) -> float:
+    """The largest float32 at most ``x`` (``x > 0``), as a host float."""
+    v = np.float32(x)
+    if float(v) > x:
+        v = np.nextafter(v, np.float32(0.0))
+    return float(v)
+
+
 def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any,
                     delta: Any, calibration: str = "paper") -> Peeled:
     """:func:`noisy_hard_threshold` inside :func:`secure_noise` (see its docstring)."""
@@ -142,6 +150,9 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
     if not (eps > 0 and 0 < dl < 1):
         raise ValueError(f"peeling needs epsilon > 0 and delta in (0, 1); got epsilon = "
                          f"{eps:g}, delta = {dl:g}")
+    mode = _SECURE.get()
+    if mode.delta_factor != 1.0:
+        dl = _f32_down(dl * mode.delta_factor)
     v = jnp.asarray(stat.value)
     out_dtype = jnp.asarray(0.0).dtype  # float64 under x64, else float32
     # float32 (float64 under x64), as the float path's events: Delta^Z <= 2^24 and b^Z (a
@@ -153,7 +164,6 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
         event = PrivacyEvent("discrete-noisy-ht", fl(sens), fl(0.0), fl(true), fl(dl),
                              "linf", stat.relation, s)
         return Peeled(top.value, top.support, event)
-    mode = _SECURE.get()
     grid = _peeling_grid(sens, multiplier) if mode.grid is None else mode.grid
     sens_int = dn.integer_sensitivity_linf(sens, grid)
     dn._check_sensitivity_int(sens_int, "l-infinity sensitivity")

@@ -29,8 +29,11 @@ __all__ = ["NOISE_FACTOR_KINDS", "SECURE_KINDS", "PlannedEvent", "secure_active"
 
 class _SecureMode(NamedTuple):
     grid: float | None  # the public grid step; None: per release (see secure_noise)
-    noise_factor: float  # kappa >= 1: every discrete noise parameter is kappa times the carried one
+    noise_factor: float  # kappa > 0: every discrete noise parameter is kappa times the carried one
     plan: bool  # plan only: compute each release's noise parameter, draw nothing
+    delta_factor: float = 1.0  # in (0, 1]: exact peeling's delta is its share times this,
+    # rounded down to float32 (so per-step shares compose to at most the request; see
+    # dpjax.base._secure_plan)
 
 
 _SECURE: contextvars.ContextVar[_SecureMode | None] = contextvars.ContextVar(
@@ -43,7 +46,8 @@ SECURE_KINDS: tuple[str, ...] = ("discrete-laplace", "discrete-gaussian", "discr
 
 
 #: the secure kinds whose noise the noise factor scales (exact peeling's scale is solved for its
-#: own composition on the grid: never below the float path's, see noisy_hard_threshold)
+#: own composition on the grid: its ratio never above the float path's, see
+#: noisy_hard_threshold)
 NOISE_FACTOR_KINDS: tuple[str, ...] = ("discrete-laplace", "discrete-gaussian")
 
 
@@ -67,9 +71,10 @@ def secure_noise(grid: float | None = None, *, noise_factor: float = 1.0):
 
     With ``noise_factor = 1`` a Gaussian mechanism calibrated for (epsilon, delta) on the exact
     Gaussian curve keeps its rho, and rho-zCDP converted to (epsilon, delta) is looser than
-    that curve: the release then proves a larger epsilon than requested. :func:`dpjax.fit`
-    with ``secure=True`` therefore solves, before the run, the smallest factor with which its
-    ledger delivers the request, and passes it here.
+    that curve: the release then proves a larger epsilon than requested (and a calibration
+    looser than the secure accounting, e.g. Bun-Steinke's conversion, a smaller one).
+    :func:`dpjax.fit` with ``secure=True`` therefore solves, before the run, the factor (above
+    or below 1) with which its ledger delivers the request, and passes it here.
 
     Needs concrete values (a single release run eagerly, :func:`dpjax.fit` with
     ``secure=True``), not a jitted or vmapped sweep: the integer sensitivity is computed exactly
@@ -80,14 +85,30 @@ def secure_noise(grid: float | None = None, *, noise_factor: float = 1.0):
             two at most ``Delta / (64 sqrt(d))`` (rounding then adds at most ~1.6% to the
             l2 sensitivity); for peeling, at most ``Delta_inf / 1024``, coarser where the
             scale would leave the discrete Laplace's range (see :func:`noisy_hard_threshold`).
-        noise_factor: ``kappa >= 1``, a host number (default 1: the budgets carried over as
+        noise_factor: ``kappa > 0``, a host number (default 1: the budgets carried over as
             they are); it scales the Laplace and Gaussian noise, not peeling's (whose
-            composition is solved exactly on the grid).
+            composition is solved exactly on the grid). :func:`dpjax.fit` solves it so that
+            the secure ledger delivers the request (above or below 1).
     """
+    with _secure_mode(grid, noise_factor):
+        yield
+
+
+@contextlib.contextmanager
+def _secure_mode(grid: float | None = None, noise_factor: float = 1.0, *, plan: bool = False,
+                 delta_factor: float = 1.0):
+    """:func:`secure_noise` with the private settings of a planned secure fit: ``plan`` (a
+    release draws nothing: it returns the statistic rounded to its grid and a
+    :class:`PlannedEvent`, what the secure release would do and the event the default path
+    would record) and ``delta_factor`` in ``(0, 1]`` (exact peeling runs at its delta share
+    times this factor, rounded down to float32; see :func:`dpjax.base._secure_plan`)."""
     if grid is not None:
         grid = dn._check_grid(grid)
-    mode = _SecureMode(grid, dn._check_noise_factor(noise_factor), False)
-    token = _SECURE.set(mode)
+    delta_factor = float(delta_factor)
+    if not 0.0 < delta_factor <= 1.0:
+        raise ValueError(f"delta_factor must lie in (0, 1]; got {delta_factor!r}")
+    token = _SECURE.set(_SecureMode(grid, dn._check_noise_factor(noise_factor), plan,
+                                    delta_factor))
     try:
         yield
     finally:
@@ -95,17 +116,12 @@ def secure_noise(grid: float | None = None, *, noise_factor: float = 1.0):
 
 
 @contextlib.contextmanager
-def _secure_plan(grid: float | None = None):
+def _secure_plan(grid: float | None = None, delta_factor: float = 1.0):
     """Like :func:`secure_noise` (factor 1), but a release draws nothing: it returns the
     statistic rounded to its grid and a :class:`PlannedEvent` (what the secure release would
     do, and the event the default path would record). For planning a secure run."""
-    if grid is not None:
-        grid = dn._check_grid(grid)
-    token = _SECURE.set(_SecureMode(grid, 1.0, True))
-    try:
+    with _secure_mode(grid, 1.0, plan=True, delta_factor=delta_factor):
         yield
-    finally:
-        _SECURE.reset(token)
 
 
 def secure_active() -> bool:
