@@ -33,6 +33,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import struct
 import sys
 import zlib
@@ -416,6 +417,7 @@ _KERNELS: dict[tuple, Callable] = {}
 # --------------------------------------------------------------------------------------------
 
 PROGRAM_FORMAT = 1  # bump when what program_fingerprint hashes changes
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 
 def program_fingerprint(setting: Setting, cache: dict[Any, str] | None = None
@@ -528,7 +530,7 @@ def _hash_code(fn: Any, h: Any, seen: set[int], depth: int = 0) -> None:
         h.update(co.co_code)
         h.update(repr(co.co_names).encode())
         for c in co.co_consts:
-            walk(c) if hasattr(c, "co_code") else h.update(repr(c).encode())
+            walk(c) if hasattr(c, "co_code") else h.update(_stable_repr(c).encode())
 
     walk(code)
     for cell in getattr(fn, "__closure__", None) or ():
@@ -540,6 +542,16 @@ def _hash_code(fn: Any, h: Any, seen: set[int], depth: int = 0) -> None:
             h.update(repr(v).encode())
         else:
             _hash_value(v, h, seen, depth + 1)
+
+
+def _stable_repr(value: Any) -> str:
+    """``repr`` with sets in sorted order (a set constant's order varies with the string hash
+    seed of each process)."""
+    if isinstance(value, frozenset | set):
+        return "{" + ", ".join(sorted(_stable_repr(v) for v in value)) + "}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_stable_repr(v) for v in value) + ")"
+    return repr(value)
 
 
 def _ledger_digest(setting: Setting, level: dict[str, float], shapes: Any) -> str:
@@ -569,7 +581,7 @@ def _ledger_digest(setting: Setting, level: dict[str, float], shapes: Any) -> st
                           default=str)
     except Exception as exc:  # noqa: BLE001 - the refusal is that code's answer
         text = f"{type(exc).__name__}: {exc}"
-    h.update(text.encode())
+    h.update(_ADDRESS.sub("0x", text).encode())  # no object address: the same in every run
     return h.hexdigest()[:16]
 
 
