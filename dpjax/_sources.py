@@ -38,7 +38,7 @@ from dpjax._validate import ConfigError
 
 GROUP = "dpjax.experiments"
 
-__all__ = ["GROUP", "load_source", "plugins", "resolve"]
+__all__ = ["GROUP", "experiments_in", "load_source", "plugins", "resolve"]
 
 
 def _bundled():
@@ -131,10 +131,30 @@ def _load_file(path: Path) -> Any:
     try:
         with _on_path(str(path.parent)):
             spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException as exc:
         sys.modules.pop(modname, None)
+        if isinstance(exc, Exception):
+            raise ConfigError(_load_error(path, exc)) from None
         raise
     return module
+
+
+def _load_error(path: Path, exc: Exception) -> str:
+    """``file:line: Kind: message`` of an error raised while a study file loads: where a
+    syntax error is, or the line of the study file (the last one in the traceback) that
+    raised."""
+    if isinstance(exc, SyntaxError):
+        where = f"{exc.filename or path}:{exc.lineno}" if exc.lineno else str(path)
+        return f"{where}: {type(exc).__name__}: {exc.msg}"
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve() == path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    where = f"{path}:{line}" if line is not None else str(path)
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{where}: {type(exc).__name__}: {text} (while loading the study file)"
 
 
 def _split(spec: str) -> tuple[str, str | None]:
@@ -158,6 +178,13 @@ def _from_file(spec: str) -> tuple[Any, dict[str, Any]]:
 
 def _from_module(spec: str) -> tuple[Any, dict[str, Any]]:
     base, name = _split(spec)
+    module = _import(base, spec)
+    exp = _pick(module, name, spec, base)
+    return exp, {"module": base, "name": exp.name}
+
+
+def _import(base: str, spec: str) -> Any:
+    """Import the module ``base`` (the current directory on the path)."""
     cwd = os.getcwd()
     added = cwd not in sys.path and "" not in sys.path
     if added:
@@ -168,13 +195,39 @@ def _from_module(spec: str) -> tuple[Any, dict[str, Any]]:
         if exc.name is not None and base.startswith(exc.name):
             raise ConfigError(f"{spec}: no module named {exc.name!r} (on the Python path or "
                               "in the current directory)") from None
-        raise
+        raise ConfigError(f"{spec}: {type(exc).__name__}: {exc} (while importing the "
+                          "module)") from None
+    except SyntaxError as exc:
+        raise ConfigError(_load_error(Path(exc.filename or base), exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the user's module: one line, not a traceback
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConfigError(f"{spec}: {type(exc).__name__}: {text} (while importing the "
+                          "module)") from None
     finally:
         if added:
             with contextlib.suppress(ValueError):
                 sys.path.remove(cwd)
-    exp = _pick(module, name, spec, base)
-    return exp, {"module": base, "name": exp.name}
+    return module
+
+
+def experiments_in(spec: str) -> tuple[str, dict[str, Any]]:
+    """``(file or module, {attribute: Experiment})`` of what a study file (``my_study.py``) or
+    module (``package.module``) defines, for ``dpjax list SPEC``; a one-line
+    :class:`~dpjax.config.ConfigError` when it defines none or cannot be loaded."""
+    base, _ = _split(spec)
+    if base.endswith(".py") or os.sep in base or "/" in base:
+        path = Path(base).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{base}: no such file" + ("" if base.endswith(".py") else
+                                                         " (a study file ends in .py)"))
+        module = _load_file(path)
+    else:
+        module = _import(base, spec)
+    found = experiments_of(module)
+    if not found:
+        raise ConfigError(f"{base}: defines no experiment (a module-level dpjax.study."
+                          "Experiment, or a list of them named EXPERIMENTS)")
+    return base, found
 
 
 def plugins() -> list[tuple[Any, Any]]:

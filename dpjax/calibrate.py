@@ -31,19 +31,20 @@ budget between its releases is kept, and the whole composition is solved for the
 never solves anything.
 
 The registered estimators' *default* calibrations spend their request (each family page says
-how; ``tests/test_budget.py``), except the Gaussian releases that use the classic formula where
-it is proven (per-release epsilon <= 1: the local estimators ``nldp`` and ``public``, the
-dp-mean example), which under-spend there. :func:`calibrate` is the tool for those, for a
-user's estimator, and for a paper's calibration.
+how; ``tests/test_budget.py``). :func:`calibrate` is the tool for a paper's calibration (kept
+by name, e.g. ``dp_glm.noisy_gd(model, T, "paper")``, which splits the budget over the steps by
+basic composition), for a user's estimator, and for a target other than the one the
+hyperparameters state.
 
-Example (the worked dp-mean estimator, whose classic Gaussian constant under-spends)::
+Example (Algorithm 1 of the DP GLM paper at the paper's calibration, which under-spends; the
+API page, docs/api/calibrate.md, runs it)::
 
-    from dpjax.examples.dp_mean import DP_MEAN, MeanHyperparams
-    hp = MeanHyperparams(*map(jnp.float32, (0.3, 1 / 400, 2.0)))  # x: (200, 3) records
-    cal = dpjax.calibrate(DP_MEAN, hp, data=x, params0=jnp.zeros(3))
-    cal.factor        # 1.92: the classic formula's epsilon is multiplied by it
-    cal.delivered     # (0.299.., 0.0025)-DP: the request, spent (0.41 of it before)
-    res = dpjax.calibrated_fit(DP_MEAN, key, x, jnp.zeros(3), cal)  # ledger.requested: 0.3
+    est = dp_glm.noisy_gd(GLM("logistic"), 5, "paper")
+    hp = dp_glm.default_hparams(2000, 1.0, 5, calibration="paper")  # data: 2000 records, d = 5
+    cal = dpjax.calibrate(est, hp, data=data, params0=jnp.zeros(5))
+    cal.factor        # 1.62: the paper's budget fields are multiplied by it
+    cal.delivered     # (0.99999, 0.00025)-DP: the request, spent
+    res = dpjax.calibrated_fit(est, key, data, jnp.zeros(5), cal)  # ledger.requested: eps 1
 """
 
 from __future__ import annotations
@@ -89,6 +90,43 @@ class Calibration(NamedTuple):
     target: Any
     delivered: Any
     ledger: Any
+
+    def __repr__(self) -> str:
+        """One readable line: the estimator, the factor, the target and what is delivered
+        (each per level for a grid), and the calibrated hyperparameters; the whole ledger is
+        ``.ledger``."""
+        grid = np.ndim(self.factor) != 0
+        ledgers = self.ledger if grid else [self.ledger]
+        names = {getattr(led, "estimator", None) for led in ledgers} - {None}
+        head = ", ".join(sorted(names)) or "estimator"
+        if grid:
+            head += f", {len(ledgers)} levels"
+
+        def budgets(value: Any) -> str:
+            return f"[{', '.join(map(str, value))}]" if grid else str(value)
+
+        factor = np.asarray(self.factor, np.float64)
+        return (f"Calibration({head}: factor {_numbers(factor)}, target "
+                f"{budgets(self.target)}, delivered {budgets(self.delivered)}; hparams "
+                f"{_show_hparams(self.hparams)})")
+
+
+def _numbers(arr: Any) -> str:
+    """``1.92`` or ``[1.92, 1.5]``: 6 significant digits."""
+    arr = np.asarray(arr)
+    if arr.ndim == 0:
+        return f"{float(arr):.6g}"
+    return "[" + ", ".join(f"{float(v):.6g}" for v in arr.ravel()) + "]"
+
+
+def _show_hparams(hparams: Any) -> str:
+    """``MeanHyperparams(epsilon=0.576, delta=0.0025, clip=2)``."""
+    fields = getattr(hparams, "_fields", None)
+    if fields is None:
+        return repr(hparams)
+    inner = ", ".join(f"{f}={_numbers(np.asarray(v, np.float64))}"
+                      for f, v in zip(fields, hparams))
+    return f"{type(hparams).__name__}({inner})"
 
 
 def budget_fields(hparams: Any) -> tuple[str, ...]:

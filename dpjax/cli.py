@@ -1,13 +1,16 @@
 """The ``dpjax`` command.
 
-``dpjax list``                      the experiments (bundled, and installed packages')
+``dpjax list [my_study.py]``        the experiments (bundled, and installed packages'), or
+                                    those a study file or module defines
 ``dpjax run NAME --out DIR [...]``  run one (resumable; see ``dpjax run --help``); NAME is a
                                     bundled experiment, a study file of your own
                                     (``my_study.py``, ``my_study.py:NAME``), a module
                                     (``package.module:NAME``) or an installed package's
                                     experiment (entry-point group ``dpjax.experiments``)
 ``dpjax run --all --out DIR``       every committed report again, compared (dpjax.reproduce)
-``dpjax plot [NAME] --out DIR``     redraw the figure of a finished run
+``dpjax plot [NAME] --out DIR``     redraw the figure of a finished run (NAME: a bundled
+                                    experiment, a file or module, or the name of the study
+                                    whose source DIR/config.json records)
 ``dpjax demo``                      a short example fit with its privacy ledger
 """
 
@@ -33,19 +36,25 @@ def enable_compile_cache(cache_dir: str | None = None) -> str:
     quick its compile (the default threshold of one second would skip the small ones).
     Returns the directory.
     """
-    import os
-
     import jax
 
-    if cache_dir is None:
-        cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    cache_dir = cache_dir or compile_cache_dir()
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return cache_dir
+
+
+def compile_cache_dir() -> str:
+    """The persistent compilation cache's directory: ``$JAX_COMPILATION_CACHE_DIR`` if set,
+    else ``$XDG_CACHE_HOME/dpjax/jax`` (``~/.cache/dpjax/jax``)."""
+    import os
+
+    cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR")
     if not cache_dir:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
                                                                  ".cache")
         cache_dir = os.path.join(base, "dpjax", "jax")
-    jax.config.update("jax_compilation_cache_dir", cache_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return cache_dir
 
 
@@ -206,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run_one_study(argv: list[str]) -> int:
     from dpjax import reproduce
 
-    def setup(cpu_devices: int) -> None:
+    def setup(cpu_devices: int, cache_dir: str | None = None) -> None:
         set_cpu_devices(cpu_devices)
-        enable_compile_cache()
+        enable_compile_cache(cache_dir)
 
     return reproduce.child(argv, _registry(), setup)
 
@@ -216,7 +225,11 @@ def _run_one_study(argv: list[str]) -> int:
 def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = _Suggesting(prog="dpjax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list the experiments")
+    lister = sub.add_parser("list", help="list the experiments (bundled and installed "
+                            "packages'), or those of a study file or module")
+    lister.add_argument("source", nargs="?", default=None,
+                        help="a study file (my_study.py) or module (package.module): list the "
+                        "experiments it defines")
     run = sub.add_parser("run", help="run an experiment and write its results files",
                          epilog=_experiment_help(argv),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -236,7 +249,9 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
                      "budget)")
     run.add_argument("--memory-budget", type=float, default=None, metavar="GB",
                      help="memory budget of each device's share of a chunk of repetitions, in "
-                     "GB (default 0.1 on CPU, 2 on an accelerator); ignored with --chunk-size")
+                     "GB (default: from the device's memory, an eighth of the machine's on "
+                     "CPU shared by its devices, a quarter of an accelerator's); ignored with "
+                     "--chunk-size")
     run.add_argument("--cpu-devices", type=int, default=0, metavar="N",
                      help="shard repetitions over N JAX CPU devices (default 0: one per core; "
                      "1: JAX's single device). An XLA_FLAGS or JAX_NUM_CPU_DEVICES device "
@@ -280,7 +295,7 @@ def _main(argv: list[str]) -> int:
         return _run_all(_all_parser().parse_args(argv[1:]))
     args = _build_parser(argv).parse_args(argv)
     if args.command == "list":
-        return _list()
+        return _list() if args.source is None else _list_source(args.source)
     if args.command == "plot":
         return _plot(args.name, args.out)
 
@@ -337,6 +352,9 @@ def _all_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-devices", type=int, default=0, metavar="N")
     p.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto")
     p.add_argument("--no-progress", action="store_true", help="no per-study progress bar")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="studies run at once, each in its own process, sharing one "
+                   "compilation cache (default: half the cores, at most 8; 1 on 2 cores)")
     return p
 
 
@@ -348,13 +366,19 @@ def _run_all(args: argparse.Namespace) -> int:
 
     reports = args.reports or os.path.join(os.path.dirname(_experiments().__file__), "reports")
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    from dpjax._validate import ConfigError
+
+    jobs = reproduce.default_jobs() if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1; got {jobs}")
     # every study runs in its own process (see dpjax.reproduce._run_isolated), which sets up
-    # its JAX CPU devices and compilation cache itself
+    # its JAX CPU devices and the compilation cache they all share
     return reproduce.reproduce(_registry(), args.out, reports, only=only,
                                compare_only=args.compare_only, z=args.z,
                                progress=not args.no_progress, isolate=True,
                                cpu_devices=args.cpu_devices, data_mode=args.data_mode,
-                               memory_budget_gb=args.memory_budget)
+                               memory_budget_gb=args.memory_budget, jobs=jobs,
+                               compile_cache_dir=compile_cache_dir())
 
 
 def _plot(name: str | None, out_dir: str) -> int:
@@ -366,6 +390,8 @@ def _plot(name: str | None, out_dir: str) -> int:
     given = None
     if name is not None:
         given = _find(name)
+        if given is None:
+            given = _recorded(name, out_dir)
         if given is None:
             raise ConfigError(_unknown_experiment(name))
     meta = read_run(out_dir)
@@ -385,6 +411,23 @@ def _plot(name: str | None, out_dir: str) -> int:
                           f"'dpjax plot my_study.py:{saved} --out {out_dir}'")
     print(f"wrote {replot(exp, out_dir)}")
     return 0
+
+
+def _recorded(name: str, out_dir: str):
+    """The experiment ``name`` loaded from where DIR/config.json says it came from (a study
+    file or module), when the run there is one of ``name``; else None."""
+    from dpjax import _sources
+    from dpjax._validate import ConfigError
+    from dpjax.study import read_run
+
+    try:
+        meta = read_run(out_dir)
+    except ConfigError:
+        return None
+    source = meta.get("source")
+    if meta["experiment"] != name or not isinstance(source, dict):
+        return None
+    return _sources.load_source(source, f"--out {out_dir}")
 
 
 _REPORT = re.compile(r"experiments/reports/(\w+)\.md")
@@ -421,6 +464,28 @@ def _list() -> int:
               f"{type(exc).__name__}: {exc})")
     print("\na study of your own: dpjax run my_study.py --out DIR (or my_study.py:NAME, "
           "package.module:NAME)")
+    return 0
+
+
+def _list_source(spec: str) -> int:
+    """``dpjax list my_study.py`` (or ``package.module``): the experiments that file or module
+    defines, each with the command that runs it."""
+    import os
+
+    from dpjax import _sources
+
+    base, found = _sources.experiments_in(spec)
+    width = max(len(exp.name) for exp in found.values())
+    for attr, exp in found.items():
+        named = "" if attr == exp.name or attr.startswith("EXPERIMENTS[") else f" [{attr}]"
+        print(f"{exp.name:<{width}}  {exp.title}{named}")
+        if exp.description:
+            print(textwrap.indent(textwrap.fill(exp.description, 88), " " * (width + 2)))
+    is_file = base.endswith(".py") or "/" in base or os.sep in base
+    one = next(iter(found.values())).name
+    # 'dpjax run' reads a dotted or a NAME-suffixed spec as a module, anything else as a file
+    run = f"{base}:NAME" if len(found) > 1 else base if is_file else f"{base}:{one}"
+    print(f"\nrun one: dpjax run {run} --out DIR ('dpjax run {run} --help' lists its settings)")
     return 0
 
 

@@ -3,7 +3,10 @@
 Every registered experiment that has a committed report (``experiments/reports/NAME/`` with a
 ``summary.csv``) runs again at the settings of that report, each in ``DIR/NAME`` (so a rerun
 resumes every study from its completed chunks, as ``dpjax run NAME`` does), and then each
-regenerated ``summary.csv`` is compared with the committed one.
+regenerated ``summary.csv`` is compared with the committed one. Each study runs in its own
+process, ``--jobs`` of them at once (:func:`default_jobs`), all on one persistent compilation
+cache; each study's line and ``DIR/reproduction.json`` give its time, the programs it compiled
+and the seconds spent compiling them (:mod:`dpjax._compiles`).
 
 Settings of a report: its ``config.json`` (the resolved configuration, seed, repetitions and
 ``--quick`` flag of the committed run) where the folder has one; else the experiment's defaults
@@ -27,11 +30,14 @@ committed configuration this version cannot run), not on moved values.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import math
+import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +51,7 @@ __all__ = [
     "REPORT_OPTIONS",
     "Plan",
     "compare_summaries",
+    "default_jobs",
     "plan_all",
     "recorded_seconds",
     "reproduce",
@@ -276,7 +283,21 @@ def _run_one(exp: Experiment, plan: Plan, out: Path, progress: bool,
                          chunk_size=plan.chunk_size, quick=plan.quick, progress=progress,
                          **run_kwargs)
     return {"seconds": round(time.perf_counter() - t0, 3),
-            "fingerprint": res.config.get("fingerprint"), "reps": res.config.get("reps")}
+            "fingerprint": res.config.get("fingerprint"), "reps": res.config.get("reps"),
+            "timing": res.config.get("timing", {})}
+
+
+def default_jobs(cores: int | None = None) -> int:
+    """Studies ``dpjax run --all`` runs at once by default: half the cores (a study's compile
+    is mostly one thread, its kernels use one thread per CPU device), at least 1 and at most
+    8; so 1 on a 2-core machine, where a second process would only share the two cores and
+    double the memory."""
+    return max(1, min(8, (_cores() if cores is None else cores) // 2))
+
+
+def _cores() -> int:
+    return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1)
 
 
 def _plan_json(plan: Plan) -> str:
@@ -286,18 +307,20 @@ def _plan_json(plan: Plan) -> str:
 
 
 def _run_isolated(plan: Plan, out: Path, progress: bool, run_kwargs: Mapping[str, Any],
-                  cpu_devices: int) -> dict[str, Any]:
+                  cpu_devices: int, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """:func:`_run_one` in a child process (``python -m dpjax.cli _run-one-study ...``, which
     calls :func:`child`), which imports
     dpjax, compiles the study and exits, as ``dpjax run NAME`` does. One process for the whole
     set ran out of memory maps: every compiled kernel stays mapped for the life of the
     process, and after about 19 experiments LLVM could not map another one (``Cannot
     allocate memory``, then a segmentation fault). The child's progress bar and messages go
-    to this process's stderr; its result comes back as the last line of its stdout."""
+    to this process's stderr; its result comes back as the last line of its stdout. ``env``:
+    the child's environment (default: this process's)."""
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "dpjax.cli", CHILD_COMMAND, _plan_json(plan), str(out),
            json.dumps({"progress": progress, "cpu_devices": cpu_devices, **run_kwargs})]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True,
+                          env=None if env is None else dict(env))
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         why = lines[-1] if lines else f"exit status {proc.returncode}"
@@ -309,13 +332,21 @@ def _run_isolated(plan: Plan, out: Path, progress: bool, run_kwargs: Mapping[str
 
 
 def child(argv: Sequence[str], experiments: Mapping[str, Experiment],
-          setup: Callable[[int], None]) -> int:
+          setup: Callable[[int, str | None], None]) -> int:
     """One study of ``dpjax run --all`` in its own process (see :func:`_run_isolated`):
-    ``argv = [PLAN_JSON, OUT, KWARGS_JSON]``; ``setup(cpu_devices)`` prepares JAX (the CLI's
-    device count and compilation cache). Prints the result (or the error) as JSON on stdout."""
+    ``argv = [PLAN_JSON, OUT, KWARGS_JSON]``; ``setup(cpu_devices, compile_cache_dir)``
+    prepares JAX (the CLI's device count and the compilation cache every study of the run
+    shares). With ``memory_share`` studies at once, the default memory budget is this
+    process's share of the machine's (:func:`dpjax.sweep.default_memory_budget_gb`). Prints
+    the result (or the error) as JSON on stdout."""
     plan_d, out, kwargs = json.loads(argv[0]), Path(argv[1]), json.loads(argv[2])
-    setup(kwargs.pop("cpu_devices", 0))
+    setup(kwargs.pop("cpu_devices", 0), kwargs.pop("compile_cache_dir", None))
     progress = kwargs.pop("progress", True)
+    share = kwargs.pop("memory_share", 1)
+    if kwargs.get("memory_budget_gb") is None and share > 1:
+        from dpjax.sweep import default_memory_budget_gb
+
+        kwargs["memory_budget_gb"] = default_memory_budget_gb(share)
     plan = Plan(**plan_d)
     try:
         info = _run_one(experiments[plan.name], plan, out, progress, kwargs)
@@ -340,6 +371,8 @@ def reproduce(
     echo: Callable[[str], None] = print,
     isolate: bool = False,
     cpu_devices: int = 0,
+    jobs: int = 1,
+    compile_cache_dir: str | None = None,
     **run_kwargs: Any,
 ) -> int:
     """Regenerate every experiment of ``experiments`` that has a committed report in
@@ -349,13 +382,22 @@ def reproduce(
     ``run_kwargs`` go to :func:`dpjax.study.run_experiment` (``data_mode``,
     ``memory_budget_gb``). ``isolate``: each study in its own process (the registered
     experiment of that name, with ``cpu_devices`` JAX CPU devices; what ``dpjax run --all``
-    does), else in this one (``experiments`` may then be any mapping)."""
+    does), else in this one (``experiments`` may then be any mapping). ``jobs``: with
+    ``isolate``, how many study processes run at once (their compiles overlap; see
+    :func:`default_jobs`): each then gets ``cores // jobs`` CPU devices unless
+    ``cpu_devices`` says, its share of the CPU memory budget and of an accelerator's memory
+    (``XLA_PYTHON_CLIENT_MEM_FRACTION``, unless set), and no progress bar.
+    ``compile_cache_dir``: the persistent compilation cache every study process uses (a
+    program one study compiled, another loads)."""
     out, reports = Path(out_dir), Path(reports)
     if not reports.is_dir():
         raise ConfigError(f"--reports {reports}: no such directory (the committed reports, "
                           "experiments/reports in the repository)")
     if not z > 0:
         raise ConfigError(f"--z must be > 0; got {z}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"--jobs must be an integer >= 1; got {jobs}")
+    jobs = jobs if isolate else 1
     plans = plan_all(list(experiments), reports, only)
     todo = [p for p in plans if p.skip is None]
     for p in plans:
@@ -364,26 +406,40 @@ def reproduce(
     errors: dict[str, str] = {}
     if not compare_only:
 
+        child_kwargs = dict(run_kwargs, compile_cache_dir=compile_cache_dir, memory_share=jobs)
+        child_env = None
+        devices = cpu_devices
+        if jobs > 1:
+            child_env = dict(os.environ)
+            if not {"XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE"} & set(
+                    child_env):  # an accelerator's memory, shared (JAX's default takes 75%)
+                child_env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.75 / jobs:.3f}"
+            if devices == 0:  # the cores, shared out (0 would give each one per core)
+                devices = max(1, _cores() // jobs)
+
         def run(p: Plan) -> dict[str, Any]:
-            return (_run_isolated(p, out / p.name, progress, run_kwargs, cpu_devices)
+            return (_run_isolated(p, out / p.name, progress and jobs == 1, child_kwargs,
+                                  devices, child_env)
                     if isolate else
                     _run_one(experiments[p.name], p, out / p.name, progress, run_kwargs))
 
-        _run_studies(todo, run, out, echo, errors)
+        _run_studies(todo, run, out, echo, errors, jobs)
     rows = _compare_all(todo, experiments, out, z, rtol, atol, echo, errors)
     return _write_comparison(out, rows, errors, echo)
 
 
 def _run_studies(todo: Sequence[Plan], run: Callable[[Plan], dict[str, Any]], out: Path,
-                 echo: Callable[[str], None], errors: dict[str, str]) -> None:
-    """Run the planned studies one after another (``run(plan)`` returns its info); a failed
+                 echo: Callable[[str], None], errors: dict[str, str], jobs: int = 1) -> None:
+    """Run the planned studies, ``jobs`` at a time (``run(plan)`` returns its info); a failed
     study's error goes to ``errors`` and does not stop the others. The times go to
     ``out/reproduction.json`` after each study (:func:`_record_time`)."""
     out.mkdir(parents=True, exist_ok=True)
     timing_file = out / "reproduction.json"
     timings = _read_timings(timing_file)
     start = time.perf_counter()
-    for i, p in enumerate(todo, 1):
+    lock = threading.Lock()
+
+    def one(i: int, p: Plan) -> None:
         head = f"[{i}/{len(todo)}] {p.name}"
         what = (f"reps {p.reps if p.reps is not None else 'default'}, seed {p.seed}"
                 f"{', quick' if p.quick else ''}; settings from {p.source}")
@@ -391,16 +447,39 @@ def _run_studies(todo: Sequence[Plan], run: Callable[[Plan], dict[str, Any]], ou
         try:
             info = run(p)
         except Exception as exc:  # one failed study does not stop the others
-            errors[p.name] = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            with lock:
+                errors[p.name] = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
             _log(f"{head}: FAILED ({errors[p.name]})")
-            continue
+            return
         total = time.perf_counter() - start
-        _log(f"{head}: done in {info['seconds']:.1f} s (elapsed {total:.0f} s)")
-        if p.fingerprint and info["fingerprint"] != p.fingerprint:
-            echo(f"note: {p.name}: the study's fingerprint {info['fingerprint']} is not "
-                 f"the committed run's {p.fingerprint} (its settings or keys changed)")
-        _record_time(timings, p.name, info)
-        results.write_json(timing_file, {"experiments": timings})
+        _log(f"{head}: done in {info['seconds']:.1f} s{_compile_note(info)} (elapsed "
+             f"{total:.0f} s)")
+        with lock:
+            if p.fingerprint and info["fingerprint"] != p.fingerprint:
+                echo(f"note: {p.name}: the study's fingerprint {info['fingerprint']} is not "
+                     f"the committed run's {p.fingerprint} (its settings or keys changed)")
+            _record_time(timings, p.name, info)
+            results.write_json(timing_file, {"experiments": timings})
+
+    if jobs == 1:
+        for i, p in enumerate(todo, 1):
+            one(i, p)
+        return
+    # threads that wait on the study processes: the compiles overlap in the processes
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for f in [pool.submit(one, i, p) for i, p in enumerate(todo, 1)]:
+            f.result()
+
+
+def _compile_note(info: Mapping[str, Any]) -> str:
+    """``", 12 programs compiled in 40.3 s"`` from a study's ``timing`` (JAX's compile
+    events; see :mod:`dpjax._compiles`), plus the programs loaded from the persistent cache."""
+    t = info.get("timing") or {}
+    if "programs_compiled" not in t:
+        return ""
+    cached = t.get("programs_from_cache", 0)
+    return (f", {t['programs_compiled']} programs compiled in {t['compile_seconds']:.1f} s"
+            + (f" ({cached} from the compilation cache)" if cached else ""))
 
 
 def _read_timings(timing_file: Path) -> dict[str, Any]:
@@ -422,6 +501,10 @@ def _record_time(timings: dict[str, Any], name: str, info: Mapping[str, Any]) ->
     if "process_seconds" in info:  # the whole process: import, compile, study, files
         timings[name]["last_process_seconds"] = info["process_seconds"]
         timings[name].setdefault("first_process_seconds", info["process_seconds"])
+    for k, v in (info.get("timing") or {}).items():  # programs compiled, compile seconds
+        if k != "seconds":
+            timings[name][f"last_{k}"] = v
+            timings[name].setdefault(f"first_{k}", v)
 
 
 def _compare_all(todo: Sequence[Plan], experiments: Mapping[str, Experiment], out: Path,

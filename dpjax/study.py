@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from dpjax import _validate, plotting, results, sweep
+from dpjax import _compiles, _validate, plotting, results, sweep
 from dpjax._validate import ConfigError
 from dpjax.accounting import PrivacyBudgetError, check_delivers
 from dpjax.config import Config, make_config
@@ -70,6 +70,10 @@ class Experiment:
             ``summary_extra``) with the committed report's, for a metric that is float32
             round-off at some settings (e.g. a distance between two solutions that agree in
             exact arithmetic); the default tolerance elsewhere (:mod:`dpjax.reproduce`).
+        level_columns: level keys that are columns of the results files only, read by no
+            estimator (e.g. the epsilon a zCDP level converts to). Every other key of a level
+            must be a hyperparameter of some setting's estimator: a key no estimator reads
+            (a typo such as ``truncaton``) is refused before anything compiles.
     """
 
     name: str
@@ -83,10 +87,15 @@ class Experiment:
     description: str = ""
     summary_extra: tuple[str, ...] = ()
     compare_atol: tuple[tuple[str, float], ...] = ()
+    level_columns: tuple[str, ...] = ()
     on_invalid: str = "raise"
 
     def __post_init__(self) -> None:
         _validate.check_on_invalid(self.on_invalid)
+        if isinstance(self.level_columns, str) or not all(
+                isinstance(k, str) for k in self.level_columns):
+            raise TypeError(f"experiment {self.name!r}: level_columns must be a tuple of "
+                            f"level keys (strings); got {self.level_columns!r}")
         known = ("error", *self.summary_extra)
         for metric, atol in self.compare_atol:
             if metric not in known:
@@ -201,17 +210,192 @@ _check_memory = sweep.check_memory
 default_memory_budget_gb = sweep.default_memory_budget_gb
 
 
-def _check_callbacks(settings: Sequence[Setting]) -> None:
+def _check_callbacks(settings: Sequence[Setting], metrics: Sequence[str] = ()) -> None:
     """The callback contract, checked by abstract evaluation before anything compiles
     (:func:`dpjax.sweep.check_setting`) on the first setting of each method (estimator name,
     simulate, init and record): a mistake in a study is one line naming the function, not a
-    traceback from the scan."""
+    traceback from the scan. ``metrics``: what ``record`` must return (``error`` and the
+    experiment's ``summary_extra``: what summary.csv and the figure read)."""
     seen: set[tuple[Any, ...]] = set()
     for s in settings:
         ident = (s.estimator.name, *(id(f) for f in (s.simulate, s.init, s.record)))
         if ident not in seen:
             seen.add(ident)
             sweep.check_setting(s)
+            _check_metrics(s, metrics)
+
+
+def _check_metrics(setting: Setting, metrics: Sequence[str]) -> None:
+    """``record`` returns every metric of ``metrics`` (abstract evaluation: nothing runs)."""
+    if not metrics:
+        return
+    key = jax.random.key(0)
+    truth = setting.example_truth()
+    state = jax.eval_shape(
+        lambda k: setting.estimator.init(setting.init(k, truth)), key)
+    got = jax.eval_shape(setting.record, state, truth)
+    missing = [m for m in metrics if m not in got]
+    if missing:
+        from dpjax.config import _either
+
+        names = ", ".join(repr(m) for m in missing)
+        raise ConfigError(
+            f"setting {setting.key!r}: record, {sweep.describe_function(setting.record)}, "
+            f"returns the metrics {', '.join(repr(k) for k in got)} but not {names}, which "
+            f"summary.csv and the figure read; return {_either([repr(m) for m in missing])} "
+            "too (the metrics besides 'error' are listed in Experiment(summary_extra=...))")
+
+
+# --------------------------------------------------------------------------------------------
+# The settings and their levels, checked before anything compiles
+# --------------------------------------------------------------------------------------------
+
+
+def _study_settings(experiment: Experiment, config: Config,
+                    overrides: Mapping[str, Any] | None = None) -> list[Setting]:
+    """``experiment.settings(config)`` as a list (one :class:`~dpjax.sweep.Setting` is
+    accepted too); a settings function that raises, or returns anything but settings, is one
+    :class:`ConfigError` naming it (and the ``--set`` values the configuration came from)."""
+    fn = experiment.settings
+    where = f"experiment {experiment.name}: settings, {sweep.describe_function(fn)}"
+    given = _given(overrides)
+    try:
+        out = fn(config)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's code: one line, not a traceback
+        raise ConfigError(f"{where}, fails on this configuration{given}: "
+                          f"{sweep._first_line(exc)}") from None
+    if isinstance(out, Setting):
+        return [out]
+    try:
+        items = list(out)
+    except TypeError:
+        items = None
+    if items is None or not items or not all(isinstance(x, Setting) for x in items):
+        got = type(out).__name__ if items is None or not items else (
+            f"a list holding {type(next(x for x in items if not isinstance(x, Setting))).__name__}")
+        raise ConfigError(f"{where}, returned {'nothing' if items == [] else got}; it must "
+                          "return a dpjax.sweep.Setting or a list of them")
+    return items
+
+
+def _given(overrides: Mapping[str, Any] | None) -> str:
+    """`` (--set a=1 --set b=2)``: the overrides a configuration came from, for a message."""
+    if not overrides:
+        return ""
+    return " (" + " ".join(f"--set {k}={_show_value(v)}" for k, v in overrides.items()) + ")"
+
+
+def _show_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(_show_value(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _check_levels(experiment: Experiment, settings: Sequence[Setting],
+                  overrides: Mapping[str, Any] | None = None) -> None:
+    """Every level of every setting, through the checks a fit makes on its hyperparameters
+    (:func:`dpjax._validate.check_hparams`: the budgets by name and the type's ``POSITIVE``
+    fields; then the estimator's own ``check`` hook on ``n``, the level and the data's dtype),
+    before anything compiles: a bad level is one :class:`ConfigError` naming the setting, the
+    level, the key and its allowed range, and the ``--set`` it came from. A level key that no
+    estimator of the study reads (nor ``experiment.level_columns`` lists) is refused, with a
+    "did you mean" for a typo; a hyperparameter a level lacks likewise."""
+    read = {f for s in settings for f in s.hparams_type._fields} | set(experiment.level_columns)
+    for s in settings:
+        fields = s.hparams_type._fields
+        dtype = None
+        for i, level in enumerate(s.levels):
+            where = (f"setting {s.key!r}, level {i + 1} of {len(s.levels)} "
+                     f"({_level_text(level)})")
+            if not isinstance(level, Mapping):
+                raise ConfigError(f"{where}: a level must be a dict of hyperparameter values; "
+                                  f"got {type(level).__name__}")
+            _check_level_keys(s, level, read, where)
+            try:
+                values = {f: np.float64(level[f]) for f in fields}
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{where}: every value must be a number ({exc})") from None
+            hp = s.hparams_type(*(values[f] for f in fields))
+            try:
+                _validate.check_hparams(hp)
+                if s.estimator.check is not None:
+                    if dtype is None:
+                        dtype = _data_dtype(s)
+                    s.estimator.check(s.n, hp, dtype)
+            except (ValueError, TypeError) as exc:
+                message = re.sub(r"\bhparams\.(\w+)", r"level key \1", str(exc))
+                named = re.search(r"level key (\w+)", message)
+                bad = level.get(named.group(1)) if named else None
+                raise ConfigError(f"{where}: {message}{_from_set(overrides, bad)}") from None
+
+
+def _level_text(level: Any) -> str:
+    """``epsilon=0.5, delta=0.001, eta=4``: a level as the user wrote it, for a message."""
+    if not isinstance(level, Mapping):
+        return repr(level)
+
+    def show(v: Any) -> str:
+        try:
+            return f"{float(v):g}"
+        except (TypeError, ValueError):
+            return repr(v)
+
+    return ", ".join(f"{k}={show(v)}" for k, v in level.items())
+
+
+def _check_level_keys(s: Setting, level: Mapping[str, Any], read: set[str], where: str) -> None:
+    from dpjax.config import _either, near
+
+    fields = s.hparams_type._fields
+    unknown = [k for k in level if k not in read]
+    missing = [f for f in fields if f not in level]
+    listing = f"{s.hparams_type.__name__}: {', '.join(fields)}"
+    for key in unknown:
+        close = near(str(key), fields)
+        hint = f"did you mean {_either(close)}? " if close else ""
+        raise ConfigError(
+            f"{where}: level key {key!r} is read by no estimator of the study; {hint}"
+            f"estimator {s.estimator.name} reads {listing} (a key meant as a column only is "
+            "listed in Experiment(level_columns=...))")
+    if missing:
+        raise ConfigError(f"{where}: the level lacks {_either([repr(m) for m in missing])}; "
+                          f"estimator {s.estimator.name} reads {listing}")
+
+
+def _data_dtype(s: Setting) -> Any:
+    """The dtype of the data ``simulate`` returns (abstract evaluation), which an estimator's
+    ``check`` hook reads like a fit does."""
+    truth = s.example_truth()
+    block = jax.eval_shape(lambda k: s.simulate(k, s.plan.block_size, truth),
+                           jax.random.key(0))
+    return jax.numpy.result_type(*jax.tree_util.tree_leaves(block))
+
+
+def _from_set(overrides: Mapping[str, Any] | None, value: Any) -> str:
+    """`` (from --set KEY=VALUE)`` for the overrides whose values hold ``value``."""
+    if not overrides or value is None:
+        return ""
+    try:
+        target = float(value)
+    except (TypeError, ValueError):
+        return ""
+    hits = []
+    for key, given in overrides.items():
+        items = given.split(",") if isinstance(given, str) else (
+            list(given) if isinstance(given, (list, tuple)) else [given])
+        for item in items:
+            try:
+                same = float(item.strip() if isinstance(item, str) else item) == target
+            except (TypeError, ValueError):
+                continue
+            if same or (math.isnan(target) and math.isnan(float(item))):
+                hits.append(f"--set {key}={_show_value(given)}")
+                break
+    return f" (from {' and '.join(hits)})" if hits else ""
 
 
 def _check_out_dir(out: Path) -> None:
@@ -332,10 +516,13 @@ def run_experiment(
         raise ConfigError(f"--memory-budget must be > 0 (GB); got {memory_budget_gb}")
     out = Path(out_dir)
     _check_out_dir(out)
-    rows, iter_rows, by, setting_meta, fp, traces = _run_settings(
-        experiment, config, out, reps, seed, chunk_size, progress, data_mode,
-        memory_budget_gb, num_devices, recompute, on_invalid,
-    )
+    t0 = time.perf_counter()
+    with _compiles.tally() as compiles:  # JAX's compile events: programs and their seconds
+        rows, iter_rows, by, setting_meta, fp, traces = _run_settings(
+            experiment, config, out, reps, seed, chunk_size, progress, data_mode,
+            memory_budget_gb, num_devices, overrides, recompute, on_invalid,
+        )
+    timing = {"seconds": round(time.perf_counter() - t0, 3), **compiles.to_dict()}
     if jax.process_index() != 0:  # multi-host: process 0 holds the gathered results and writes
         return StudyOutput(out, [], [], [], {}, {})
     summary = results.summarise(rows, by, extra=experiment.summary_extra)
@@ -356,6 +543,7 @@ def run_experiment(
         "on_invalid": on_invalid,
         **({"source": dict(source)} if source is not None else {}),
         "environment": results.environment(),
+        "timing": timing,
         "settings": setting_meta,
     }
     results.write_json(out / "config.json", meta)
@@ -418,14 +606,16 @@ def replot(experiment: Experiment, out_dir: str | os.PathLike) -> Path:
 
 
 def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, data_mode,
-                  memory_budget_gb, num_devices, recompute=False, on_invalid="raise"):
-    settings = list(experiment.settings(config))
+                  memory_budget_gb, num_devices, overrides=None, recompute=False,
+                  on_invalid="raise"):
+    settings = _study_settings(experiment, config, overrides)
+    _check_levels(experiment, settings, overrides)
     keys = [s.key for s in settings]
     if len(set(keys)) != len(keys):
         raise ValueError(f"experiment {experiment.name!r} has duplicate setting keys")
     settings = _merge_repeated_levels(settings)
     fp, store_fp, grids = _fingerprints(experiment, config, seed, settings)
-    _check_callbacks(settings)
+    _check_callbacks(settings, ("error", *experiment.summary_extra))
     _check_memory(settings)
     traces_seen: dict[Any, str] = {}  # one trace per function and shape
     programs = {s.key: sweep.program_fingerprint(s, traces_seen) for s in settings}
@@ -497,9 +687,10 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
     store.prune(s.key, plan.bounds)
     store.set_bounds(s.key, plan.bounds)
     t0 = time.perf_counter()
-    trace = sweep.run_setting(s, reps=reps, seed=seed, plan=plan, store=store,
-                              progress=progress, num_devices=num_devices,
-                              on_invalid=on_invalid)
+    with _compiles.tally() as compiles:
+        trace = sweep.run_setting(s, reps=reps, seed=seed, plan=plan, store=store,
+                                  progress=progress, num_devices=num_devices,
+                                  on_invalid=on_invalid)
     metrics, events = sweep.split_events(trace, sweep.event_structure(s))
     if on_invalid == "clip" and sweep.NONFINITE_DATA in trace:
         metrics[NONFINITE_COLUMN] = _nonfinite_column(s, trace[sweep.NONFINITE_DATA], metrics)
@@ -512,7 +703,8 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
         raise
     return metrics, {"key": s.key, "columns": s.columns, "chunk_size": plan.chunk_size,
                      "data_mode": plan.data_mode,
-                     "seconds": round(time.perf_counter() - t0, 3), "levels": levels}
+                     "seconds": round(time.perf_counter() - t0, 3), **compiles.to_dict(),
+                     "levels": levels}
 
 
 NONFINITE_COLUMN = "nonfinite_data"  # results.csv, with on_invalid="clip"

@@ -648,18 +648,60 @@ def rep_bytes(setting: Setting) -> int:
 def auto_chunk(setting: Setting, reps: int, budget_bytes: float, devices: int = 1) -> int:
     """Repetitions per chunk so that each device's share of a chunk (its data and per-level
     temporaries) fits the budget, evened out over the chunks (every chunk is padded to one
-    shape: 50 reps at most 18 per chunk run as 3 x 17, not 18 + 18 + 14 padded to 3 x 18)."""
+    shape: 50 reps at most 18 per chunk run as 3 x 17, not 18 + 18 + 14 padded to 3 x 18).
+    Evening out never takes a device below two repetitions per call where the budget holds
+    two (a chunk is a whole number of repetitions per device, and more than half the fit)."""
     fit = int(max(1, budget_bytes // max(rep_bytes(setting), 1))) * devices
     per = math.ceil(reps / math.ceil(reps / fit))
     return min(reps, math.ceil(per / devices) * devices)
 
 
-def default_memory_budget_gb() -> float:
-    """The default ``--memory-budget`` (per device): 0.1 GB on CPU, where larger chunks add
-    memory but no throughput (a core is busy with one repetition's arrays already; measured:
-    0.1 GB is as fast as 0.25 and 20-25% leaner on the Figure-1, Figure-3 (IV) and gradient-EM
-    studies), 2 GB on an accelerator, where batching repetitions is what fills the device."""
-    return 0.1 if jax.default_backend() == "cpu" else 2.0
+#: The share of a device's memory that one chunk (:func:`rep_bytes` per repetition, data and
+#: temporaries) takes by default. A CPU device's memory is the machine's, shared by its JAX CPU
+#: devices and by whatever else runs there (other processes, ``dpjax run --all``'s parallel
+#: studies): an eighth of it. An accelerator's is its own, but its allocator also holds the
+#: compiled program's buffers, which :func:`rep_bytes` does not count: a quarter of what is free.
+CPU_MEMORY_FRACTION = 1 / 8
+ACCELERATOR_MEMORY_FRACTION = 1 / 4
+
+
+def device_memory_gb(device: Any = None) -> float | None:
+    """The memory of one device, in GB (2^30 bytes): an accelerator's free memory by its
+    allocator (``device.memory_stats()``: ``bytes_limit - bytes_in_use``); for a CPU device,
+    the machine's physical memory over the local CPU devices (they share it). None when the
+    backend does not say."""
+    device = jax.local_devices()[0] if device is None else device
+    if device.platform == "cpu":
+        have = _physical_memory()
+        cpus = len([d for d in jax.local_devices() if d.platform == "cpu"]) or 1
+        return have / cpus / 2**30 if math.isfinite(have) else None
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # pragma: no cover - a backend without memory statistics
+        return None
+    limit = stats.get("bytes_limit")
+    if not limit:
+        return None
+    return max(float(limit) - float(stats.get("bytes_in_use", 0)), 0.0) / 2**30
+
+
+def default_memory_budget_gb(share: int = 1) -> float:
+    """The default ``--memory-budget`` (per device), sized from the device's memory
+    (:func:`device_memory_gb`): :data:`CPU_MEMORY_FRACTION` of it on CPU,
+    :data:`ACCELERATOR_MEMORY_FRACTION` on an accelerator. On CPU it is split ``share`` ways
+    (processes that run at once on this machine share its memory; an accelerator's allocator
+    limit is already the process's own, e.g. ``XLA_PYTHON_CLIENT_MEM_FRACTION``). Where the
+    backend does not say, 0.1 GB on CPU and 2 GB on an accelerator.
+
+    Sized so that a device runs at least two repetitions per call wherever they fit: a call of
+    one repetition costs about what a call of two does (em_fig1: 272 s of CPU at one per device
+    per call, 181 s at two)."""
+    share = _validate.check_int_in_range(share, "share", 1)
+    cpu = jax.default_backend() == "cpu"
+    memory = device_memory_gb()
+    if memory is None:
+        return 0.1 / share if cpu else 2.0
+    return memory * CPU_MEMORY_FRACTION / share if cpu else memory * ACCELERATOR_MEMORY_FRACTION
 
 
 def _physical_memory() -> float:

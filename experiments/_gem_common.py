@@ -39,7 +39,8 @@ METHOD_LABELS = {"dp-gem": "Alg 2 (DP gradient EM)", "clipped-gem": "Alg 1 (clip
 # every level carries every field (0 where a method does not read it): uniform result columns
 LEVEL_FIELDS = ("epsilon", "delta", "eta", "tau", "zeta", "s", "clip")
 # the family's study: repetitions (default, --quick) and the sign-aligned error summarised too
-STUDY = dict(reps=20, quick_reps=2, summary_extra=("error_sym",))
+# "clip" is a column of every level (0 where the method has no clipping norm)
+STUDY = dict(reps=20, quick_reps=2, summary_extra=("error_sym",), level_columns=("clip",))
 
 
 def make_model(name: str, sigma: float, p_m: float) -> Any:

@@ -137,6 +137,10 @@ def load_theta(path: str, q: int, p: int) -> np.ndarray:
     return theta.astype(np.float32)
 
 
+#: the display columns :func:`level` adds to the hyperparameters (read by no estimator)
+LEVEL_COLUMNS = ("rho", "rho_delivered", "epsilon", "epsilon_bs")
+
+
 def level(estimator: Estimator, n: int, *, rho1: float, rho2: float, eta: float, alpha: float,
           gamma1: float = INF, gamma2: float = INF, delta: float = DELTA,
           **extra: float) -> dict[str, float]:

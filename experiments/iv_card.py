@@ -34,7 +34,14 @@ from dpjax import plotting
 from dpjax.algorithms import dp_iv
 from dpjax.config import param
 from dpjax.experiments._common import COLORS, INF, finish_figure
-from dpjax.experiments._iv_common import IVConfig, IVRecord, ZeroInit, level, tracked
+from dpjax.experiments._iv_common import (
+    LEVEL_COLUMNS,
+    IVConfig,
+    IVRecord,
+    ZeroInit,
+    level,
+    tracked,
+)
 from dpjax.models.iv import IVData
 from dpjax.plotting import curve_stats
 from dpjax.study import Experiment
@@ -204,6 +211,7 @@ EXPERIMENTS = [
         name="iv_card",
         title="DP-IV paper, Figure 13: Card (1995) return to schooling, DP-2S-GD vs 2SLS",
         defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        level_columns=(*LEVEL_COLUMNS, "c0"),
         reps=1000, quick_reps=20,
         summary_extra=("estimate", "error_2sls", "clip1", "clip2"),
         # at epsilon = inf error_2sls is float32 round-off (7e-6, estimates of size 0.1-1;

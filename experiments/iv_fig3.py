@@ -22,6 +22,7 @@ from dpjax.algorithms import dp_iv
 from dpjax.config import ConfigError, param
 from dpjax.experiments._common import COLORS, INF
 from dpjax.experiments._iv_common import (
+    LEVEL_COLUMNS,
     IVConfig,
     IVRecord,
     ZeroInit,
@@ -133,6 +134,7 @@ EXPERIMENTS = [
         name="iv_fig3",
         title="DP-IV paper, Figure 3: DP-2S-GD error vs n for three budget splits (T = 20)",
         defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        level_columns=(*LEVEL_COLUMNS, "c0"),
         reps=100, quick_reps=5,
         summary_extra=("error_2sls", "error_of_2sls", "clip1", "clip2"),
         description="p = q = r in {5, 50}, (rho1, rho2) in {(1,9), (5,5), (9,1)}, with "

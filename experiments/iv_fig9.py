@@ -17,7 +17,13 @@ import dataclasses
 from dpjax.algorithms import dp_iv
 from dpjax.config import param
 from dpjax.experiments._common import INF, final_rows
-from dpjax.experiments._iv_common import IVConfig, horizon_setting, level, parameters
+from dpjax.experiments._iv_common import (
+    LEVEL_COLUMNS,
+    IVConfig,
+    horizon_setting,
+    level,
+    parameters,
+)
 from dpjax.models.iv import LinearIV
 from dpjax.plotting import Curve, Panel, plot_panels
 from dpjax.study import Experiment
@@ -80,6 +86,7 @@ EXPERIMENTS = [
         name="iv_fig9",
         title="DP-IV paper, Figure 9: non-private 2S-GD (T = 100) vs 2SLS against n",
         defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
+        level_columns=LEVEL_COLUMNS,
         reps=100, quick_reps=5,
         summary_extra=("error_2sls", "error_of_2sls"),
         description="p = q = r = 20, n from 500 to 5000, plus 2S-GD at T = 1000. See "

@@ -31,7 +31,14 @@ from typing import Any
 from dpjax.algorithms import dp_iv
 from dpjax.config import param
 from dpjax.experiments._common import COLORS, INF, final_rows
-from dpjax.experiments._iv_common import STUDY, IVConfig, horizon_setting, level, parameters
+from dpjax.experiments._iv_common import (
+    LEVEL_COLUMNS,
+    STUDY,
+    IVConfig,
+    horizon_setting,
+    level,
+    parameters,
+)
 from dpjax.models.iv import LinearIV
 from dpjax.plotting import Curve, Panel, plot_panels
 from dpjax.study import Experiment
@@ -147,7 +154,7 @@ def plot(iter_rows, summary, c: HorizonConfig, path):
 
 FIG4 = Fig4Config()
 FIG6 = Fig6Config()
-COMMON = dict(settings=settings, plot=plot, **STUDY)
+COMMON = dict(settings=settings, plot=plot, level_columns=LEVEL_COLUMNS, **STUDY)
 
 EXPERIMENTS = [
     Experiment(

@@ -35,6 +35,7 @@ from dpjax.algorithms import dp_iv
 from dpjax.config import param
 from dpjax.experiments._common import COLORS, INF
 from dpjax.experiments._iv_common import (
+    LEVEL_COLUMNS,
     STUDY,
     IVConfig,
     IVRecord,
@@ -227,7 +228,7 @@ EXPERIMENTS = [
         quick=dataclasses.replace(FIG7, fractions=(0.2, 0.6, 1.0)),
         description="n = 2000, p = q = r = 5, T = 20, rho1 = rho2 = 5; eta and alpha over "
         "(0, max]. See experiments/reports/iv_fig7.md.",
-        **COMMON,
+        level_columns=(*LEVEL_COLUMNS, "eta_frac", "alpha_frac"), **COMMON,
     ),
     Experiment(
         name="iv_fig8",
@@ -236,6 +237,6 @@ EXPERIMENTS = [
         quick=dataclasses.replace(FIG8, num_gammas=4, rule_consts=(1.0,)),
         description="n = 2000, p = q = r = 5, T = 20, rho1 = rho2 = 5, gamma in [1, 1000]. "
         "See experiments/reports/iv_fig8.md.",
-        **COMMON,
+        level_columns=(*LEVEL_COLUMNS, "rule"), **COMMON,
     ),
 ]

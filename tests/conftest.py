@@ -2,28 +2,32 @@
 warnings are errors (pyproject's filterwarnings); and the quick tier (``QUICK`` below)."""
 
 import gc
+import json
 import os
 
-# Several CPU devices for the sharding tests, and cheaper compiles: the suite is dominated by
-# compile time at its small shapes (about 60% of a test file's time in XLA's backend compile).
-# The backend pass at level 0, and XLA's older LLVM IR emitters instead of its MLIR fusion
-# emitters (--xla_cpu_use_fusion_emitters=false: the same programs, compiled in about half the
-# time; test_dp_iv + test_robust_mean + test_ldp_sparse 142 s -> 102 s on 2 cores). Set before
-# jax initialises its backend.
+from tests.xla_flags import CPU_COMPILER_FLAGS, supported_flags
+
+# XLA flags, set before jax initialises its backend (tests/xla_flags.py): several CPU devices
+# for the sharding tests, and cheaper compiles on the CPU backend (the suite is dominated by
+# compile time at its small shapes). Only the flags the installed XLA accepts, and the CPU
+# compiler flags only when the tests run on the CPU backend: probed once, in a subprocess, by
+# the session's first process; xdist workers and the subprocesses below inherit the result
+# (DPJAX_TEST_XLA_FLAGS) with the environment. A user's own XLA_FLAGS are left as they are.
 # A test marked ``production_compiler`` asserts bit-for-bit equality of two programs, which
 # holds for the compiler users run, not for every compiler setting (the older emitters fuse
 # differently: 1 ulp apart); it runs in a subprocess with XLA's defaults (the device count
-# aside), see ``pytest_pyfunc_call`` below.
-# (the user's own XLA_FLAGS, kept for the subprocess; xdist workers inherit the controller's
-# environment, in which XLA_FLAGS is already the one set below)
+# aside), see ``pytest_pyfunc_call`` below. It and a test marked ``cpu_bitwise`` assert CPU
+# bit-for-bit equality: skipped, with the reason, on another backend.
 os.environ.setdefault("DPJAX_TEST_USER_XLA_FLAGS", os.environ.get("XLA_FLAGS", "<unset>"))
 _USER_XLA_FLAGS = os.environ["DPJAX_TEST_USER_XLA_FLAGS"]
 _PRODUCTION = os.environ.get("DPJAX_TEST_PRODUCTION_COMPILER") == "1"
-_DEVICES = "--xla_force_host_platform_device_count=4"
-os.environ.setdefault(
-    "XLA_FLAGS", _DEVICES if _PRODUCTION else
-    f"{_DEVICES} --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
-)
+if _USER_XLA_FLAGS == "<unset>":
+    if "DPJAX_TEST_XLA_FLAGS" not in os.environ:
+        _flags, _backend = supported_flags()
+        os.environ["DPJAX_TEST_XLA_FLAGS"] = json.dumps({"flags": _flags, "backend": _backend})
+    _SUITE_FLAGS = json.loads(os.environ["DPJAX_TEST_XLA_FLAGS"])["flags"]
+    os.environ["XLA_FLAGS"] = " ".join(
+        f for f in _SUITE_FLAGS if not (_PRODUCTION and f in CPU_COMPILER_FLAGS))
 
 import re  # noqa: E402
 import subprocess  # noqa: E402
@@ -54,6 +58,15 @@ def pytest_pyfunc_call(pyfuncitem):
         pytest.fail(f"in a process with XLA's default compiler settings:\n"
                     f"{out.stdout[-4000:]}{out.stderr[-2000:]}", pytrace=False)
     return True
+
+
+def pytest_runtest_setup(item):
+    """A CPU bit-for-bit assertion (``cpu_bitwise``, ``production_compiler``) is skipped on
+    another backend, saying why."""
+    if (item.get_closest_marker("cpu_bitwise") or item.get_closest_marker(
+            "production_compiler")) and jax.default_backend() != "cpu":
+        pytest.skip(f"asserts bit-for-bit equality of XLA CPU programs; the tests run on "
+                    f"{jax.default_backend()}")
 
 
 @pytest.fixture

@@ -109,6 +109,34 @@ def test_the_doctests_pass(module):
     assert result.failed == 0
 
 
+def test_calibration_has_a_page_and_a_one_line_repr():
+    """dpjax.calibrate, calibrated_fit and Calibration are on an API page (in the nav, with an
+    example that runs: test_the_examples_run), and a Calibration prints as one readable line:
+    the estimator, the factor, the target, what is delivered and the hyperparameters, not the
+    whole ledger."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    import dpjax
+    from dpjax.examples.dp_mean import DP_MEAN, MeanHyperparams
+
+    page = ROOT / "docs" / "api" / "calibrate.md"
+    assert page in PAGES
+    names = named_on(page)
+    assert {"calibrate.calibrate", "calibrate.calibrated_fit", "calibrate.Calibration"} <= names
+    hp = MeanHyperparams(*map(np.float32, (0.5, 1e-3, 2.0)))
+    cal = dpjax.calibrate(DP_MEAN, hp, data=jnp.zeros((100, 2)), params0=jnp.zeros(2))
+    text = repr(cal)
+    assert "\n" not in text and len(text) < 300, text
+    assert re.fullmatch(r"Calibration\(dp-mean: factor [0-9.]+, target \(0\.5, 0\.001\)-DP, "
+                        r"delivered \(0\.[0-9]+, 0\.001\)-DP; hparams MeanHyperparams\("
+                        r"epsilon=[0-9.]+, delta=0\.001, clip=2\)\)", text), text
+    grid = dpjax.calibrate(DP_MEAN, hp._replace(epsilon=np.array([0.5, 1.0], np.float32)),
+                           data=jnp.zeros((100, 2)), params0=jnp.zeros(2))
+    assert repr(grid).startswith("Calibration(dp-mean, 2 levels: factor [")
+    assert "target [(0.5, 0.001)-DP, (1, 0.001)-DP]" in repr(grid)
+
+
 def test_the_local_dp_gem_names_stay_importable_from_dp_gem():
     from dpjax.algorithms import dp_gem, ldp_gem
 

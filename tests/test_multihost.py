@@ -18,8 +18,12 @@ WORKER = textwrap.dedent(
     """
     import os, sys
     pid, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    os.environ["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=2 "
-                               "--xla_backend_optimization_level=0")  # as in conftest
+    # 2 CPU devices per process, and the suite's other XLA flags (conftest: those this XLA
+    # accepts, the CPU compiler flags only where the suite runs on the CPU)
+    os.environ["XLA_FLAGS"] = " ".join(["--xla_force_host_platform_device_count=2"] + [
+        f for f in os.environ.get("XLA_FLAGS", "").split()
+        if not f.startswith("--xla_force_host_platform_device_count")])
+    os.environ["JAX_PLATFORMS"] = "cpu"  # CPU collectives (gloo), on any machine
     import jax
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=2,

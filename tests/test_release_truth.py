@@ -250,14 +250,20 @@ def test_clipped_gem_and_dp_iv_refuse_an_overflowing_clip_before_anything_runs(m
                            num_iterations=2, gamma1=1.0, gamma2=1e37)
 
 
-def test_a_refused_study_level_leaves_no_chunk_on_disk(tmp_path, capsys):
-    from dpjax import cli
+def test_a_refused_study_level_leaves_no_chunk_on_disk(tmp_path, capsys, monkeypatch):
+    from dpjax import cli, study
 
     out = tmp_path / "run"
-    code = cli.main(["run", "dp_mean", "--out", str(out), "--quick", "--reps", "2",
-                     "--set", "n=40", "--set", "eps_grid=1", "--set", "clip=1e-39",
-                     "--no-progress"])
-    assert code == 2
+    argv = ["run", "dp_mean", "--out", str(out), "--quick", "--reps", "2", "--set", "n=40",
+            "--set", "eps_grid=1", "--set", "clip=1e-39", "--no-progress"]
+    # the level is refused before anything runs, by the estimator's own check (as a fit is)
+    assert cli.main(argv) == 2
+    assert "level 1 of 2 (epsilon=1, delta=0.0125, clip=1e-39): clip = 1e-39 gives a " \
+        "sensitivity" in capsys.readouterr().err
+    assert not out.exists()
+    # without that check, the ledger refuses it after the run, and its chunks go too
+    monkeypatch.setattr(study, "_check_levels", lambda *a, **k: None)
+    assert cli.main(argv) == 2
     assert "nothing is returned" in capsys.readouterr().err
     assert list(out.rglob("*.npz")) == []
     assert not (out / "results.csv").exists()

@@ -30,7 +30,8 @@ def _chunks(folder: Path) -> dict[str, int]:
             for p in folder.rglob("reps-*.npz")}
 
 
-def test_run_all_regenerates_resumes_and_lists_what_moved(tmp_path, capsys):
+def test_run_all_regenerates_resumes_and_lists_what_moved(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "cache"))
     names = ["dp_mean", "glm_real"]
     committed, out = tmp_path / "reports", tmp_path / "out"
     for name in names:  # the settings of the "committed" runs: quick, 2 repetitions, seed 3
@@ -38,17 +39,27 @@ def test_run_all_regenerates_resumes_and_lists_what_moved(tmp_path, capsys):
         (committed / name / "config.json").write_text(json.dumps(
             {"experiment": name, "config": {}, "reps": 2, "seed": 3, "quick": True}))
     argv = ["run", "--all", "--only", ",".join(names), "--reports", str(committed), "--out",
-            str(out), "--no-progress", "--cpu-devices", "1"]
+            str(out), "--no-progress", "--cpu-devices", "1", "--jobs", "2"]
     assert cli.main(argv) == 0
     for name in names:
         meta = json.loads((out / name / "config.json").read_text())
         assert (meta["reps"], meta["seed"], meta["quick"]) == (2, 3, True)
         assert {r["count"] for r in _rows(out / name / "summary.csv")} == {"2"}
-    assert "no committed summary.csv to compare with" in capsys.readouterr().out
+        assert meta["timing"]["programs_compiled"] >= 1  # JAX's compile events, recorded
+    printed = capsys.readouterr()
+    assert "no committed summary.csv to compare with" in printed.out
     timings = json.loads((out / "reproduction.json").read_text())["experiments"]
     assert set(timings) == set(names)
     # each study ran in its own process (import and compile included in its whole time)
     assert all(t["first_process_seconds"] > t["first_seconds"] > 0 for t in timings.values())
+    # its programs compiled and compile seconds are in the timing line and the timings
+    for name, t in timings.items():
+        n, secs = t["first_programs_compiled"], t["first_compile_seconds"]
+        assert n >= 1 and 0 < secs < t["first_seconds"]
+        assert f"{name}: done in {t['first_seconds']:.1f} s, {n} programs compiled in " \
+               f"{secs:.1f} s" in printed.err
+    # one persistent compilation cache, shared by the study processes
+    assert any((tmp_path / "cache").iterdir())
 
     # the regenerated summaries become the committed ones: all agree
     for name in names:
@@ -85,6 +96,61 @@ def test_run_all_regenerates_resumes_and_lists_what_moved(tmp_path, capsys):
     assert cli.main([*argv[:3], "dp_mean,nope", *argv[4:]]) == 2
     assert cli.main(["run", "--compare-only", "--only", "dp_mean", "--reports", str(committed),
                      "--out", str(tmp_path / "empty")]) == 1
+
+
+def test_run_all_runs_jobs_studies_at_once(tmp_path, monkeypatch):
+    """``jobs`` study processes at a time (never more), each told its share of the memory, of
+    the cores and of an accelerator's memory; one at a time with ``jobs=1``."""
+    import threading
+    import time
+
+    names = ["a", "b", "c", "d", "e"]
+    committed = tmp_path / "reports"
+    for name in names:
+        (committed / name).mkdir(parents=True)
+        (committed / name / "config.json").write_text(json.dumps(
+            {"experiment": name, "config": {}, "reps": 2, "seed": 0, "quick": True}))
+    lock, running, seen = threading.Lock(), [0], []
+
+    def fake(plan, out, progress, run_kwargs, cpu_devices, env=None):
+        with lock:
+            running[0] += 1
+            seen.append((running[0], progress, run_kwargs["memory_share"], cpu_devices,
+                         run_kwargs["compile_cache_dir"],
+                         (env or {}).get("XLA_PYTHON_CLIENT_MEM_FRACTION")))
+        time.sleep(0.3)
+        with lock:
+            running[0] -= 1
+        return {"seconds": 0.3, "fingerprint": None, "reps": 2, "process_seconds": 0.4,
+                "timing": {"seconds": 0.3, "programs_compiled": 3, "compile_seconds": 0.2,
+                           "programs_from_cache": 1}}
+
+    monkeypatch.setattr(reproduce, "_run_isolated", fake)
+    monkeypatch.setattr(reproduce, "_cores", lambda: 16)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    experiments = dict.fromkeys(names)
+    for jobs, peak in [(2, 2), (1, 1), (8, 5)]:
+        seen.clear()
+        assert reproduce.reproduce(experiments, tmp_path / f"out{jobs}", committed, only=names,
+                                   isolate=True, jobs=jobs, compile_cache_dir="/the/cache",
+                                   echo=lambda m: None) == 0
+        assert max(s[0] for s in seen) == peak and len(seen) == len(names)
+        assert {s[1:] for s in seen} == {
+            (jobs == 1, jobs, 16 // jobs if jobs > 1 else 0, "/the/cache",
+             f"{0.75 / jobs:.3f}" if jobs > 1 else None)}
+        timing = json.loads((tmp_path / f"out{jobs}" / "reproduction.json").read_text())
+        assert timing["experiments"]["c"]["first_programs_compiled"] == 3
+        assert timing["experiments"]["c"]["last_programs_from_cache"] == 1
+    assert reproduce.default_jobs(2) == 1 and reproduce.default_jobs(16) == 8
+    assert reproduce.default_jobs(64) == 8 and reproduce.default_jobs(1) == 1
+    with pytest.raises(ValueError, match="--jobs must be an integer >= 1; got 0"):
+        reproduce.reproduce(experiments, tmp_path / "x", committed, isolate=True, jobs=0)
+
+
+def test_jobs_below_one_is_a_one_line_error(tmp_path, capsys):
+    assert cli.main(["run", "--all", "--out", str(tmp_path), "--jobs", "0"]) == 2
+    assert "--jobs must be >= 1; got 0" in capsys.readouterr().err
 
 
 def _summary(mean, se, count=10, **key):

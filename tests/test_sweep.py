@@ -47,6 +47,7 @@ def test_shapes_and_the_starting_value(reference):
     assert np.ptp(err[:, :, 0], axis=1).max() < 1e-6
 
 
+@pytest.mark.cpu_bitwise
 @pytest.mark.parametrize("chunk_size", [1, 3])
 def test_results_do_not_depend_on_chunk_size(reference, chunk_size):
     out = sweep.run_setting(_setting(), reps=7, seed=3, chunk_size=chunk_size,
@@ -235,6 +236,7 @@ def _unit_beta_per_rep(key):
     return jnp.zeros(D).at[:S].set(v / jnp.linalg.norm(v))
 
 
+@pytest.mark.cpu_bitwise
 def test_a_truth_drawn_per_repetition(reference):
     """PerRepetition: each repetition draws its own truth from its key; all levels of a
     repetition share it (and the data), results do not depend on the chunking, and the draw

@@ -100,6 +100,8 @@ class DPEMHyperparams(NamedTuple):
     eta: jax.Array  # () step size
     truncation: jax.Array  # () truncation level T (inf: none; only with epsilon = inf)
 
+    POSITIVE = ("eta", "truncation")  # in (0, inf], checked with the budgets by dpjax.fit
+
 
 class DPEMState(NamedTuple):
     beta: jax.Array  # (d,) current iterate

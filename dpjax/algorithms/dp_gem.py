@@ -139,6 +139,8 @@ class DPGEMHyperparams(NamedTuple):
     zeta: jax.Array  # () failure probability (sets beta_s and, for some rules, s)
     s: jax.Array  # () truncation scale; read only with s_rule="explicit" (else NaN)
 
+    POSITIVE = ("eta", "tau", "zeta")  # in (0, inf], checked with the budgets by dpjax.fit
+
 
 class DPEMExactHyperparams(NamedTuple):
     """Swept hyperparameters of Algorithm 3 (no step size: the private M-step is the iterate)."""
@@ -149,6 +151,8 @@ class DPEMExactHyperparams(NamedTuple):
     zeta: jax.Array  # () failure probability
     s: jax.Array  # () truncation scale; read only with s_rule="explicit" (else NaN)
 
+    POSITIVE = ("tau", "zeta")  # in (0, inf], checked with the budgets by dpjax.fit
+
 
 class ClippedGEMHyperparams(NamedTuple):
     """Swept hyperparameters of Algorithm 1."""
@@ -157,6 +161,8 @@ class ClippedGEMHyperparams(NamedTuple):
     delta: jax.Array  # ()
     eta: jax.Array  # () step size
     clip: jax.Array  # () l2 clipping norm C (inf: none; only with epsilon = inf)
+
+    POSITIVE = ("eta", "clip")  # in (0, inf], checked with the budgets by dpjax.fit
 
 
 class GEMState(NamedTuple):

@@ -148,6 +148,8 @@ class GLMHyperparams(NamedTuple):
     # Algorithm 5 the noise comes from (epsilon, delta) and rho is informational only.
     rho: jax.Array
 
+    POSITIVE = ("eta", "truncation")  # in (0, inf], checked with the budgets by dpjax.fit
+
 
 class GLMState(NamedTuple):
     beta: jax.Array  # (d,) current iterate

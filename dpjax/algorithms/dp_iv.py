@@ -113,6 +113,8 @@ class DPIVHyperparams(NamedTuple):
     gamma2: jax.Array  # () second-stage clipping threshold (l2); inf: none
     delta: jax.Array  # () target delta of the ledger's (epsilon, delta) conversion (accounting)
 
+    # in (0, inf], checked with the budgets by dpjax.fit
+    POSITIVE = ("eta", "alpha", "gamma1", "gamma2")
     # Read by the ledger only (the noise is calibrated in rho): it does not enter a level's
     # noise key, so adding it left every study's random draws unchanged.
     ACCOUNTING_ONLY = ("delta",)

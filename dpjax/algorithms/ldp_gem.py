@@ -65,6 +65,8 @@ class LDPGEMHyperparams(NamedTuple):
     zeta: jax.Array  # () failure probability (sets beta_s)
     s: jax.Array  # () truncation scale; read only with s_rule="explicit" (else NaN)
 
+    POSITIVE = ("eta", "tau", "zeta")  # in (0, inf], checked with the budgets by dpjax.fit
+
 
 class LDPGEMState(NamedTuple):
     beta: jax.Array  # (d,) current iterate (public: built from earlier groups' releases)

@@ -191,6 +191,8 @@ class NLDPHyperparams(NamedTuple):
     tau2: jax.Array  # () shrinkage of y
     lam: jax.Array  # () soft-threshold level lambda_n
 
+    POSITIVE = ("r", "tau1", "tau2")  # in (0, inf], checked with the budgets by dpjax.fit
+
 
 class NLDPState(NamedTuple):
     beta: jax.Array  # (d,) S_lambda(sxx^{-1} sxy) of the users seen so far (0 if indefinite)
@@ -567,6 +569,8 @@ class PublicHyperparams(NamedTuple):
     tau2: jax.Array  # () shrinkage of y
     lam: jax.Array  # () soft-threshold level
 
+    POSITIVE = ("tau1", "tau2")  # in (0, inf], checked with the budgets by dpjax.fit
+
 
 class PublicState(NamedTuple):
     beta: jax.Array  # (d,) S_lambda(Sigma_pub^{-1} sxy)
@@ -656,6 +660,8 @@ class IHTHyperparams(NamedTuple):
     tau1: jax.Array  # () coordinate shrinkage of x
     tau2: jax.Array  # () shrinkage of y
     eta: jax.Array  # () step size (Alg 2: 1; Alg 4: 2 / (3 gamma))
+
+    POSITIVE = ("tau1", "tau2", "eta")  # in (0, inf], checked with the budgets by dpjax.fit
 
 
 class IHTState(NamedTuple):
