@@ -655,7 +655,8 @@ def agreement(name: str) -> dict:
         beta0 = (0.5 * truth * np.array([1.0, -1.0, 0.5, 2.0], np.float32)).astype(np.float32)
         f = functools.partial(np.asarray, dtype=np.float32)
         hp = dp_gem.DPGEMHyperparams(f(INF), f(1.0 / n), f(1.0), f(1.0), f(0.05), f(s))
-        got = _dpjax_final(dp_gem.dp_gem(model, T, "explicit"), data, beta0, hp).beta
+        est = dp_gem.dp_gem(model, T, "explicit", calibration="paper")
+        got = _dpjax_final(est, data, beta0, hp).beta
         want = _numpy("numpy_gem").estimate(rng, np.asarray(data.y, np.float64),
                                             beta0.astype(np.float64), INF, 1.0, T, s=s)
     elif name == "ldp":

@@ -17,7 +17,8 @@ from importlib import metadata as _metadata
 
 from dpjax import accounting, algorithms, base, mechanisms, models
 from dpjax import discrete_noise as discrete_noise  # floating-point-safe noise
-from dpjax.accounting import ZCDP, ApproxDP, Ledger
+from dpjax.accountant import Accountant
+from dpjax.accounting import ZCDP, ApproxDP, Ledger, PrivacyBudgetError
 from dpjax.base import Estimator, FitResult, fit, run
 from dpjax.calibrate import calibrate, calibrated_fit
 from dpjax.mechanisms import BoundedStatistic
@@ -28,11 +29,13 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - a source tree, not 
     __version__ = "unknown"
 
 __all__ = [
+    "Accountant",
     "ApproxDP",
     "BoundedStatistic",
     "Estimator",
     "FitResult",
     "Ledger",
+    "PrivacyBudgetError",
     "ZCDP",
     "accounting",
     "algorithms",

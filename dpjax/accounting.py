@@ -14,7 +14,10 @@ Composition rules:
     * parallel over disjoint batches, adaptive (spec 000 Appendix C.2): if each step is
       (eps, delta)-DP with respect to its own disjoint batch, for every fixed output of the
       previous steps, the whole run is ``(max eps_i, max delta_i)``-DP;
-    * zCDP: ``rho = sum rho_i``, then to (eps, delta) by :func:`zcdp_to_approx_dp`.
+    * zCDP: ``rho = sum rho_i``, then to (eps, delta) by :func:`zcdp_to_approx_dp`;
+    * PLD: each release's privacy loss distribution (:meth:`Release.pld_components`), composed
+      by dp_accounting's ``pld`` (:mod:`dpjax._pld`); the delivered (eps, delta) is its
+      pessimistic estimate.
 
 Every estimator returns a :class:`Ledger` built by :meth:`Ledger.build`: the guarantee is
 *computed* from each release's mechanism, the noise it actually adds per unit of its declared
@@ -30,7 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dpjax import _float_sampler
+from dpjax import _float_sampler, _pld
 from dpjax._gaussian_curve import gaussian_delta, gaussian_epsilon, gaussian_mu_for_epsilon
 from dpjax._validate import ConfigError
 from dpjax.mechanisms.calibration import epsilon_constant
@@ -331,6 +334,14 @@ def peeling_epsilon(ratio: float, s: int, delta: float) -> float:
     return min(basic, math.sqrt(2.0 * math.log(1.0 / delta) * sq) + mean)
 
 
+def _discrete_laplace_component(true: float, t: float, count: int) -> tuple:
+    """The discrete Laplace ``P(z) ~ e^{-|z|/t}`` on integer statistics of l1 sensitivity
+    ``true`` (grid units): exact for an integer sensitivity, its epsilon-DP bound otherwise."""
+    if float(true).is_integer():
+        return ("discrete-laplace", 1.0 / t, int(true), count)
+    return ("pure", true / t, count)
+
+
 @dataclasses.dataclass(frozen=True)
 class Release:
     """A stream of releases of one mechanism (e.g. one per iteration), read off their
@@ -385,6 +396,9 @@ class Release:
     deltas: tuple[float, ...]
     sampler: str = ""
     delta_floor: float = 0.0
+    #: per release: (true sensitivity, noise scale drawn), scale 0 where no noise was drawn --
+    #: what the PLD composition reads (:meth:`pld_components`)
+    noise: tuple[tuple[float, float], ...] = ()
 
     @classmethod
     def from_event(cls, event: Any, statistic: str, data: str = "full data") -> Release:
@@ -424,7 +438,49 @@ class Release:
                    float(np.max(sens)), float(np.min(scale)), float(np.max(ratio)),
                    float(np.max(delta)), int(event.s), float(event.log_constant), data,
                    tuple(float(x) for x in per), tuple(float(x) for x in delta), sampler,
-                   floor)
+                   floor, tuple((float(t), float(b) if ok else 0.0)
+                                for t, b, ok in zip(true, scale, noisy)))
+
+    def pld_components(self) -> list[tuple]:
+        """The releases as components of a privacy loss distribution (:mod:`dpjax._pld`),
+        from the true sensitivity and the noise scale each drew:
+
+        * ``"gaussian"``, ``"gaussian-zcdp"``: a Gaussian with ``mu = Delta / sigma`` (exact);
+        * ``"laplace"``: a Laplace with ``Delta_1 / b`` (exact);
+        * ``"discrete-laplace"``: the discrete Laplace ``P(z) ~ e^{-|z|/t}`` with its integer
+          l1 sensitivity (exact; an epsilon-DP bound ``Delta / t`` if the sensitivity is not
+          an integer);
+        * ``"noisy-ht"`` / ``"discrete-noisy-ht"``: ``s`` report-noisy-max rounds by their
+          proven epsilon ``2 lambda / b`` each (dominated by randomized response), then ``s``
+          (discrete) Laplace coordinates of ``lambda / b`` each (exact);
+        * ``"ldp-randomizer"``: its epsilon (binary randomized response, exact for the coin);
+        * a release without noise, or ``"none"``: no guarantee.
+
+        ``"discrete-gaussian"`` has no exact PLD for an l2 vector statistic: it raises
+        ``ValueError`` (:meth:`Ledger.build` composes such a ledger in zCDP instead).
+        """
+        if self.mechanism == "discrete-gaussian":
+            raise ValueError("a discrete Gaussian release has no exact PLD here (zCDP instead)")
+        out: list[tuple] = []
+        for true, b in self.noise:
+            if self.mechanism == "none" or not b > 0 or not math.isfinite(true):
+                return [("none",)]
+            r = true / b
+            if self.mechanism in ("gaussian", "gaussian-zcdp"):
+                out.append(("gaussian", r))
+            elif self.mechanism == "laplace":
+                out.append(("laplace", r, 1))
+            elif self.mechanism == "discrete-laplace":
+                out.append(_discrete_laplace_component(true, b, 1))
+            elif self.mechanism in ("noisy-ht", "discrete-noisy-ht"):
+                out.append(("pure", 2.0 * r, self.s))
+                out.append(("laplace", r, self.s) if self.mechanism == "noisy-ht"
+                           else _discrete_laplace_component(true, b, self.s))
+            elif self.mechanism == "ldp-randomizer":
+                out.append(("pure", r * epsilon_constant(self.mechanism), 1))
+            else:
+                raise ValueError(f"no PLD for mechanism {self.mechanism!r}")
+        return out
 
     def budgets(self) -> list[Budget]:
         """The guarantee of each release, in order."""
@@ -440,7 +496,7 @@ class Release:
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items()
-               if k not in ("epsilons", "deltas")}
+               if k not in ("epsilons", "deltas", "noise")}
         out["sensitivity"] = _json_float(self.sensitivity)
         out["sensitivity_ratio"] = _json_float(self.sensitivity_ratio)
         out["delivered_per_release"] = self.delivered().to_dict()
@@ -457,7 +513,8 @@ class Ledger:
         estimator: the estimator's name.
         variant: ``"corrected"`` (the default, private) or a ``"paper-literal: ..."`` label.
         relation: the neighbouring relation (``"replace-one"`` unless stated).
-        composition: ``"parallel"`` (disjoint batches), ``"basic"`` or ``"zcdp"``.
+        composition: ``"pld"`` (privacy loss distributions), ``"parallel"`` (disjoint
+            batches), ``"basic"`` or ``"zcdp"``: the rule actually used.
         releases: the releases.
         guarantee: the delivered guarantee (``ApproxDP`` or ``ZCDP``).
         approx_dp: the delivered (epsilon, delta) (for zCDP, via the stated conversion).
@@ -523,7 +580,7 @@ class Ledger:
         cls,
         estimator: str,
         releases: Sequence[Release],
-        composition: Literal["parallel", "basic", "zcdp"],
+        composition: Literal["pld", "parallel", "basic", "zcdp"] = "pld",
         *,
         variant: str = "corrected",
         relation: str = "replace-one",
@@ -534,6 +591,17 @@ class Ledger:
     ) -> Ledger:
         """Compose the releases by ``composition`` and record the delivered guarantee.
 
+        ``composition="pld"`` (the default): every release contributes its privacy loss
+        distribution (:meth:`Release.pld_components`), composed by dp_accounting on the host
+        (cached per mechanism sequence), and the delivered (epsilon, delta) is the composed
+        PLD's pessimistic epsilon at ``delta`` (default: the requested delta; else the sum of
+        the releases' deltas); Gaussian releases alone are read off the exact Gaussian curve
+        of ``mu = sqrt(sum mu_t^2)``. Where it cannot apply -- dp_accounting (the ``[pld]``
+        extra) is not installed, or a discrete Gaussian release -- the ledger is composed in
+        zCDP (if any release is accounted in zCDP) or by basic composition instead, and a
+        note says so (:attr:`composition` names the rule used). ``"basic"``, ``"zcdp"`` and
+        ``"parallel"`` (disjoint batches) are the papers' rules, by name.
+
         ``delta`` is the target delta of a zCDP -> (eps, delta) conversion; ``conversion`` is
         a method of :func:`zcdp_to_approx_dp`, or ``"gaussian"`` (the exact curve, only when
         every release is a Gaussian mechanism; see :func:`gaussian_conversion`).
@@ -543,6 +611,37 @@ class Ledger:
             raise ValueError("a ledger needs at least one release")
         per = [b for r in rel for b in r.budgets()]
         notes = tuple(notes)
+        if composition == "pld":
+            target = delta
+            if target is None and isinstance(requested, ApproxDP):
+                target = requested.delta
+            fallback = "zcdp" if any(isinstance(b, ZCDP) for b in per) else "basic"
+            if any(r.mechanism == "discrete-gaussian" for r in rel):
+                why = ("a discrete Gaussian release on an l2 statistic has no exact privacy "
+                       "loss distribution here: composed in zCDP (Canonne, Kamath & Steinke "
+                       "2020)")
+            elif not _pld.available():
+                why = ("dp_accounting (the [pld] extra: pip install dpjax[pld]) is not "
+                       f"installed: composed by {fallback!r} composition instead of 'pld'")
+            else:
+                why = ""
+            if why:
+                return cls.build(estimator, rel, fallback, variant=variant, relation=relation,
+                                 requested=requested, delta=target, conversion=conversion,
+                                 notes=(*notes, why))
+            if target is None:  # what basic composition would deliver
+                target = min(1.0, sum(b.delta for b in per if isinstance(b, ApproxDP)))
+            comps = _pld.normalise(c for r in rel for c in r.pld_components())
+            if target == 0 and any(c[0] in ("gaussian", "approx") for c in comps):
+                raise ValueError("composition='pld' of Gaussian releases needs the target "
+                                 "delta (delta=, or an (epsilon, delta) request)")
+            target = min(float(target), 1.0)
+            approx = ApproxDP(_pld.epsilon_for_delta(comps, target), target)
+            notes += (_pld.NOTE,)
+            if any(r.mechanism == "gaussian" for r in rel) and GAUSSIAN_CURVE_NOTE not in notes:
+                notes += (GAUSSIAN_CURVE_NOTE,)
+            return cls(estimator, variant, relation, "pld", rel, approx, approx, requested,
+                       notes)
         zcdp_parallel = composition == "parallel" and any(isinstance(b, ZCDP) for b in per)
         if composition == "zcdp" or zcdp_parallel:
             zs = [b if isinstance(b, ZCDP) else _approx_to_zcdp(b) for b in per]
@@ -565,9 +664,8 @@ class Ledger:
             elif composition == "parallel":
                 guarantee = compose_parallel(per)
             else:
-                raise ValueError(
-                    f"composition must be 'parallel', 'basic' or 'zcdp'; got {composition!r}"
-                )
+                raise ValueError("composition must be 'pld', 'parallel', 'basic' or 'zcdp'; "
+                                 f"got {composition!r}")
             approx = guarantee
         if any(r.mechanism == "gaussian" for r in rel) and GAUSSIAN_CURVE_NOTE not in notes:
             notes += (GAUSSIAN_CURVE_NOTE,)

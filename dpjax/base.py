@@ -34,6 +34,8 @@ from dpjax._validate import TracedFitError
 __all__ = [
     "Estimator",
     "FitResult",
+    "Padded",
+    "Sizes",
     "TracedFitError",
     "fit",
     "InitFn",
@@ -42,6 +44,7 @@ __all__ = [
     "batch_size",
     "probe_events",
     "run",
+    "run_padded",
     "split_batches",
 ]
 
@@ -62,6 +65,42 @@ class StepFn(Protocol):
         ``data`` is the iteration's batch (``batching == "disjoint"``) or the whole data set
         (``batching == "full"``).
         """
+
+
+class Sizes(NamedTuple):
+    """The sizes of a padded run, as arrays: one compiled program serves every size.
+
+    The step's data have ``m_pad`` rows (a batch, or the whole data set); only the first
+    ``count`` are records, the rest is padding that must contribute nothing (to sums, to
+    clipping, to sensitivities). ``count`` is public: it is fixed by the public ``n`` and the
+    number of iterations, never by the data.
+    """
+
+    mask: jax.Array  # (m_pad,) bool: the rows that are records
+    count: jax.Array  # () float: the public number of records (n0 = floor(n / T), or n)
+    num_steps: jax.Array  # () int32: the run's number of iterations T (<= the scan's length)
+
+
+class Padded(NamedTuple):
+    """An estimator's padded form (opt-in, see :class:`Estimator`): the same algorithm with the
+    sizes that differ between settings (``n``, the number of iterations) as runtime values.
+
+    Attributes:
+        family: a short name of the program family (for ids in results; the object itself,
+            compared by value, is the cache key of the compiled program).
+        init: as :class:`Estimator`'s.
+        step: ``step(key, state, data, hparams, sizes) -> (state, info)`` on data padded to
+            ``m_pad`` rows with :class:`Sizes`: equal, up to float round-off, to the
+            estimator's step on the ``sizes.count`` real rows with ``sizes.num_steps``
+            iterations, whatever the padded rows hold. It must not close over ``n`` or the
+            number of iterations (settings that differ in them share it).
+        batching: as :class:`Estimator`'s.
+    """
+
+    family: str
+    init: InitFn
+    step: Callable[..., tuple[PyTree, PyTree]]
+    batching: Literal["disjoint", "full"]
 
 
 class Estimator(NamedTuple):
@@ -85,6 +124,11 @@ class Estimator(NamedTuple):
             or its statistic could overflow (e.g. with
             :func:`dpjax._validate.check_noise_inputs`), naming the hyperparameter to change,
             so whether a fit is refused never depends on the data.
+        padded: optional (opt-in) :class:`Padded` form: the step with ``n`` and the number of
+            iterations as runtime values and a row mask. A study then runs every setting whose
+            estimators share it (and whose data have the same shapes but for the number of
+            records) through one compiled program (:mod:`dpjax.sweep`); ``None``: one program
+            per setting.
     """
 
     name: str
@@ -94,6 +138,7 @@ class Estimator(NamedTuple):
     batching: Literal["disjoint", "full"]
     ledger: Callable[[int, PyTree], Any] | None = None
     check: Callable[[int, PyTree, Any], None] | None = None
+    padded: Padded | None = None
 
 
 def as_key(key: Any) -> jax.Array:
@@ -190,6 +235,56 @@ def run(
     return jax.lax.scan(body, state, xs)
 
 
+def run_padded(
+    padded: Padded,
+    key: jax.Array,
+    data: PyTree,
+    state: PyTree,
+    hparams: PyTree,
+    sizes: Sizes,
+    max_steps: int,
+    record: Callable[[PyTree, PyTree], PyTree] | None = None,
+) -> tuple[PyTree, PyTree]:
+    """:func:`run` of a :class:`Padded` estimator: ``lax.scan`` over ``max_steps`` steps, of
+    which the first ``sizes.num_steps`` run (step ``t`` with key ``fold_in(key, t)``, as in
+    :func:`run`) and the rest keep the state (a ``lax.cond`` on an unbatched predicate: the
+    skipped steps cost nothing, under ``vmap`` too).
+
+    Args:
+        data: disjoint batching: the batches, leaves ``(max_steps, m_pad, ...)`` (batch ``t``
+            is that of :func:`split_batches`, padded); full batching: the data set, leaves
+            ``(m_pad, ...)``.
+        sizes: the mask of a batch's (or the data set's) rows, its count, and the number of
+            steps.
+
+    Returns:
+        ``(final_state, trace)`` with ``max_steps`` entries in the trace (those from
+        ``sizes.num_steps`` on are zeros: drop them).
+    """
+    record = record or _default_record
+    steps = jnp.arange(max_steps)
+    xs = (steps, data) if padded.batching == "disjoint" else (steps, None)
+
+    def body(carry, x):
+        t, batch = x
+        batch = data if batch is None else batch
+
+        def active(state):
+            new_state, info = padded.step(jax.random.fold_in(key, t), state, batch, hparams,
+                                          sizes)
+            return new_state, record(new_state, info)
+
+        shapes = jax.eval_shape(active, carry)
+
+        def skipped(state):
+            return state, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                                 shapes[1])
+
+        return jax.lax.cond(t < sizes.num_steps, active, skipped, carry)
+
+    return jax.lax.scan(body, state, xs)
+
+
 def probe_events(estimator: Estimator, batch: PyTree, params0: PyTree, hparams: PyTree) -> PyTree:
     """The privacy events of a run, read off one step from ``params0`` on ``batch`` and repeated
     for every step (the noise it draws is discarded).
@@ -249,6 +344,7 @@ def fit(
     record: Callable[[PyTree, PyTree], PyTree] | None = None,
     secure: bool = False,
     grid: float | None = None,
+    accountant: Any = None,
 ) -> FitResult:
     """Fit ``estimator`` to one data set: the single entry point under every ``fit_*``.
 
@@ -280,6 +376,11 @@ def fit(
             permute-and-flip; an estimator with a release that has no such path raises.
         grid: with ``secure``: the public grid step, a power of two (default: per release,
             from its sensitivity; see :func:`~dpjax.mechanisms.secure_noise`).
+        accountant: a :class:`dpjax.Accountant` whose total this fit spends from: the fit's
+            ledger, predicted from public values before anything runs, is composed with what
+            was spent, and a fit that would exceed the total raises
+            :class:`~dpjax.accounting.PrivacyBudgetError` (nothing computed, nothing
+            released); the fit's own ledger is then recorded.
     """
     _validate.check_not_traced("dpjax.fit", key, data, params0, hparams)
     _validate.check_hparams(hparams)
@@ -288,6 +389,8 @@ def fit(
     if estimator.check is not None:  # public values only: a refusal never depends on the data
         estimator.check(n, hparams, jnp.result_type(*jax.tree_util.tree_leaves(data)))
     state0, hp = estimator.init(params0), jax.tree_util.tree_map(jnp.asarray, hparams)
+    if accountant is not None:
+        accountant.check(_predicted_ledger(estimator, n, data, state0, hparams, secure))
     if secure:
         # host (NumPy) hyperparameters: the eager steps then calibrate on the host, in float64
         # (a jnp calibration would compile its bisection loop anew at every eager call)
@@ -312,8 +415,32 @@ def fit(
     from dpjax.accounting import check_delivers
 
     check_delivers(ledger)  # the noise drawn must deliver what was asked (data-independent)
+    if accountant is not None:  # refuses (nothing returned) a ledger beyond the total
+        if ledger is None:
+            raise ValueError(f"{estimator.name}: an accountant needs an estimator with a ledger")
+        accountant.spend(ledger)
     to_np = functools.partial(jax.tree_util.tree_map, np.asarray)
     return FitResult(estimate, to_np(trace), ledger, hparams, to_np(final))
+
+
+def _predicted_ledger(estimator, n, data, state0, hparams, secure):
+    """The fit's ledger before it runs, from public values only: the events of a run on an
+    all-zero data set of the same shapes (the noise scales and sensitivities depend on ``n``,
+    the hyperparameters and the clipping levels, never on the records). With ``secure`` the
+    fit delivers at most its request (checked after the run): the request stands for it."""
+    if estimator.ledger is None:
+        raise ValueError(f"{estimator.name}: an accountant needs an estimator with a ledger")
+    from dpjax.accounting import ApproxDP
+    from dpjax.calibrate import _events_fn, _zeros_like
+
+    events = _events_fn(estimator)(_zeros_like(data), state0,
+                                   jax.tree_util.tree_map(jnp.asarray, hparams))
+    led = estimator.ledger(n, hparams, jax.tree_util.tree_map(np.asarray, events))
+    if secure and isinstance(led.requested, ApproxDP):
+        # the secure ledger (exact discrete noise) delivers at most the request; as a
+        # generic (epsilon, delta) mechanism it composes by its dominating PLD
+        return dataclasses.replace(led, composition="requested", approx_dp=led.requested)
+    return led
 
 
 def _secure_steps(estimator, key, data, state, hparams, record):

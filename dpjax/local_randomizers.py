@@ -87,9 +87,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _cpu_prng, _validate
+from dpjax import discrete_noise as _dn
 from dpjax import mechanisms as _mechanisms
 from dpjax.mechanisms import (
     BoundedStatistic,
+    PlannedEvent,
     PrivacyEvent,
     _event,
     clip_l2,
@@ -547,10 +549,17 @@ def _secure_gaussian_mean(key: jax.Array, stat: BoundedStatistic, epsilon: Any, 
     """The secure path of :func:`local_gaussian_mean`: user ``i`` releases its coordinates
     (the upper triangle, diagonal included, when ``symmetric``: the coordinates the mirrored
     noise is calibrated on, range at most ``Delta_F``) through
-    :func:`~dpjax.mechanisms.gaussian_mechanism` with its own key ``split(key, n)[i]`` -- inside
+    :func:`~dpjax.mechanisms.gaussian_mechanism` -- inside
     :func:`~dpjax.mechanisms.secure_noise` the rounded coordinates plus exact discrete Gaussian
-    noise at the same budget (:func:`~dpjax.mechanisms.local_mechanism`). The server's average
-    (and the mirror) is post-processing of the users' integer reports."""
+    noise at the same budget. The server's average (and the mirror) is post-processing of the
+    users' integer reports.
+
+    The first user's release runs through the mechanism itself (its event is every user's,
+    and it fixes the grid and the exact ``sigma^2``); the other users' reports are the same
+    mechanism at those parameters, their noise drawn in one batch of i.i.d. exact discrete
+    Gaussians (:func:`dpjax.discrete_noise.secure_gaussian_rows`): the law of ``n`` separate
+    releases, each user's own noise. (Planning a secure run draws nothing and takes every
+    user through the mechanism.)"""
     values = jnp.asarray(stat.value)
     n = values.shape[0]
     if symmetric:
@@ -559,9 +568,20 @@ def _secure_gaussian_mean(key: jax.Array, stat: BoundedStatistic, epsilon: Any, 
         rows = values[:, iu[0], iu[1]]
     else:
         rows = values.reshape(n, -1)
-    reports, event = _mechanisms.local_mechanism(
-        key, BoundedStatistic(rows, stat.sensitivity, "l2", "local", stat.true_sensitivity),
-        gaussian_mechanism, epsilon, delta, log_constant, calibration)
+    rows_stat = BoundedStatistic(rows, stat.sensitivity, "l2", "local", stat.true_sensitivity)
+    key_first, key_rest = jax.random.split(key)
+    with _dn.recording_releases() as made:
+        first, event = gaussian_mechanism(
+            key_first, BoundedStatistic(rows[0], stat.sensitivity, "l2", "local",
+                                        stat.true_sensitivity),
+            epsilon, delta, log_constant, calibration)
+    if isinstance(event, PlannedEvent) or len(made) != 1:
+        reports, event = _mechanisms.local_mechanism(
+            key_rest, rows_stat, gaussian_mechanism, epsilon, delta, log_constant, calibration)
+    else:
+        rest = _dn.secure_gaussian_rows(key_rest, rows[1:], made[0]) if n > 1 else None
+        reports = first[None] if rest is None else jnp.concatenate(
+            [first[None], rest.astype(first.dtype)])
     mean = jnp.mean(reports, axis=0)
     if symmetric:
         mean = _mirror_upper(jnp.zeros((d, d), mean.dtype).at[iu].set(mean))

@@ -582,7 +582,8 @@ def _textbook_kernel(x: jax.Array, s: jax.Array, beta: jax.Array) -> jax.Array:
 # --------------------------------------------------------------------------------------------
 
 
-def robust_mean_statistic(x: Any, s: Any, beta_smooth: Any) -> BoundedStatistic:
+def robust_mean_statistic(x: Any, s: Any, beta_smooth: Any, count: Any = None
+                          ) -> BoundedStatistic:
     r"""The robust mean :math:`\hat x = \frac1n\sum_i \psi_{s,\beta}(x_i)` with its sensitivity.
 
     Spec 002 eq. 11 (``(s/n) sum_i E phi((1 + eta_i) x_i / s)``). Every score lies in
@@ -597,6 +598,9 @@ def robust_mean_statistic(x: Any, s: Any, beta_smooth: Any) -> BoundedStatistic:
         x: ``(n,)`` or ``(n, d)`` records on axis 0; ``n`` (a shape) is public.
         s: truncation scale in ``(0, inf]`` (``inf``: the plain mean, infinite sensitivity).
         beta_smooth: smoothing precision in ``(0, inf)``.
+        count: the public number of records when ``x`` is padded (its rows past the records
+            are zero, whose score ``psi(0) = 0`` adds nothing): a runtime value
+            (:class:`dpjax.base.Padded`); default ``x.shape[0]``.
 
     Returns:
         ``BoundedStatistic(value, sensitivity, norm="l2", relation="replace-one")``.
@@ -610,7 +614,8 @@ def robust_mean_statistic(x: Any, s: Any, beta_smooth: Any) -> BoundedStatistic:
     # moves by at most 2 psi_bound(s) when one record is replaced
     total = _psi_column_sums(x, s_arr, beta)
     diameter = 2.0 * psi_bound(jnp.asarray(s, total.dtype))
-    return bounded_mean_from_sum(total, x.shape[0], diameter, "linf").in_norm("l2")
+    return bounded_mean_from_sum(total, x.shape[0] if count is None else count, diameter,
+                                 "linf").in_norm("l2")
 
 
 def local_scores(x: Any, s: Any, beta_smooth: Any) -> BoundedStatistic:

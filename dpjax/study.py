@@ -618,26 +618,27 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
     _check_callbacks(settings, ("error", *experiment.summary_extra))
     _check_memory(settings)
     traces_seen: dict[Any, str] = {}  # one trace per function and shape
-    programs = {s.key: sweep.program_fingerprint(s, traces_seen) for s in settings}
+    fingerprints = {s.key: sweep.program_fingerprint(s, traces_seen) for s in settings}
     _make_out_dir(out)
     # refuses another configuration's directory, naming the settings that differ, and
     # results another program computed (before touching a file), unless recompute
     store = results.ChunkStore(out, store_fp, identity={
         "experiment": experiment.name, "config": config.to_dict(), "seed": seed},
-        growable=grids, programs=programs, recompute=recompute)
+        growable=grids, programs=fingerprints, recompute=recompute)
     store.check_settings({s.key: _signature(s) for s in settings})
     show = progress and jax.process_index() == 0
     bar = sweep.default_progress(reps * len(settings), experiment.name) if show else None
     traces: dict[str, dict[str, np.ndarray]] = {}
     setting_meta = []
+    programs = sweep.plan_programs(settings)  # settings that share a compiled program
     try:
         for s in settings:
             traces[s.key], meta = _run_one(
                 s, store, reps=reps, seed=seed, chunk_size=chunk_size,
                 memory_budget_gb=memory_budget_gb, num_devices=num_devices,
                 data_mode=data_mode, progress=bar.update if bar is not None else None,
-                on_invalid=on_invalid)
-            setting_meta.append(meta | {"program": programs[s.key]["program"]})
+                on_invalid=on_invalid, program=programs.get(s.key))
+            setting_meta.append(meta | {"fingerprint": fingerprints[s.key]["program"]})
     finally:
         if bar is not None:
             bar.close()
@@ -675,10 +676,11 @@ def _fingerprints(experiment, config, seed, settings) -> tuple[str, str, list[st
 
 def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | None,
              memory_budget_gb: float | None, num_devices: int | None, data_mode: str,
-             progress: Any, on_invalid: str = "raise"
+             progress: Any, on_invalid: str = "raise", program: Any = None
              ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """One setting through the sweep: its metrics and its entry of config.json's settings
-    (with every level's ledger). A level the ledger refuses discards the setting's chunks."""
+    (with every level's ledger, and the program it ran: its id and whether this run compiled
+    it). A level the ledger refuses discards the setting's chunks."""
     # the sweep plans the run once: data mode, chunk size, and the chunks (stored ones keep
     # their ranges, new repetitions are cut into chunks that fit the budget)
     plan = sweep.plan_run(s, reps, stored=store.ranges(s.key), chunk_size=chunk_size,
@@ -687,10 +689,11 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
     store.prune(s.key, plan.bounds)
     store.set_bounds(s.key, plan.bounds)
     t0 = time.perf_counter()
+    ran: dict[str, Any] = {}
     with _compiles.tally() as compiles:
         trace = sweep.run_setting(s, reps=reps, seed=seed, plan=plan, store=store,
                                   progress=progress, num_devices=num_devices,
-                                  on_invalid=on_invalid)
+                                  on_invalid=on_invalid, program=program, programs=ran)
     metrics, events = sweep.split_events(trace, sweep.event_structure(s))
     if on_invalid == "clip" and sweep.NONFINITE_DATA in trace:
         metrics[NONFINITE_COLUMN] = _nonfinite_column(s, trace[sweep.NONFINITE_DATA], metrics)
@@ -702,7 +705,7 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
             store.discard(s.key)
         raise
     return metrics, {"key": s.key, "columns": s.columns, "chunk_size": plan.chunk_size,
-                     "data_mode": plan.data_mode,
+                     "data_mode": plan.data_mode, **ran,
                      "seconds": round(time.perf_counter() - t0, 3), **compiles.to_dict(),
                      "levels": levels}
 

@@ -3,7 +3,11 @@ r"""The Monte Carlo engine: repetitions x privacy levels x iterations as one com
 A *setting* fixes everything that determines shapes (the estimator with its static
 configuration, ``n``, ``d``, the data plan); its *levels* are the swept hyperparameters (epsilon,
 delta, step size, truncation, ...), passed as arrays. One kernel is compiled per setting shape
-and reused for every chunk and every set of level values.
+and reused for every chunk and every set of level values. Where the estimator has a padded
+form (:class:`dpjax.base.Padded`), settings of one shape family that differ in ``n`` or the
+number of iterations share one compiled algorithm program instead (:func:`plan_programs`,
+:func:`make_shared_kernels`): each setting draws its data in a small program of its own, at its
+own sizes, and the shared program runs them padded, with a row mask.
 
 Keys and common random numbers:
 
@@ -49,7 +53,7 @@ from jax.sharding import PartitionSpec as P
 
 from dpjax import _cpu_prng, _validate
 from dpjax._validate import ConfigError
-from dpjax.base import Estimator, run
+from dpjax.base import Estimator, Sizes, run, run_padded
 from dpjax.mechanisms.statistics import PrivacyEvent
 
 # Studies draw most of their time's random numbers: JAX's unrolled threefry on CPU (same bits).
@@ -72,14 +76,21 @@ __all__ = [
     "finished_prefix",
     "level_label",
     "plan_bounds",
+    "plan_programs",
+    "Program",
     "resolve_truth",
     "event_structure",
     "split_events",
     "check_setting",
     "compile_count",
+    "data_compile_count",
     "level_id",
     "probe_ledger",
     "make_kernel",
+    "make_shared_kernels",
+    "own_program",
+    "shape_family",
+    "SHARED_MAX_REP_BYTES",
     "run_setting",
     "study_function",
     "study_keys",
@@ -405,7 +416,10 @@ def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_device
 
 
 def compile_count() -> int:
-    """Total compiled entries of all sweep kernels made so far (for no-recompile tests)."""
+    """Total compiled entries of all sweep kernels made so far (for no-recompile tests): the
+    per-setting kernels of :func:`make_kernel` and the shared algorithm programs of
+    :func:`make_shared_kernels` (their small per-setting data programs are counted by
+    :func:`data_compile_count`)."""
     return sum(k._cache_size() for k in _KERNELS.values())
 
 
@@ -583,6 +597,242 @@ def _ledger_digest(setting: Setting, level: dict[str, float], shapes: Any) -> st
         text = f"{type(exc).__name__}: {exc}"
     h.update(_ADDRESS.sub("0x", text).encode())  # no object address: the same in every run
     return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------
+# Shared programs: one compiled algorithm for every setting of a shape family
+# --------------------------------------------------------------------------------------------
+#
+# A setting whose estimator has a padded form (:class:`dpjax.base.Padded`) runs as two
+# programs: a small data program of its own (the draws of today: ``simulate`` at the setting's
+# sizes, split into the steps' batches and padded with zeros to the program's shapes) and the
+# algorithm program (the scan over iterations, vmapped over levels and repetitions), shared by
+# every setting with the same padded form, record, data shapes but for the number of records,
+# and padded sizes (:class:`Program`): ``n``, ``n0`` and the number of iterations reach it as
+# runtime values, with a row mask.
+
+#: the largest padded data set of one repetition the shared path materialises (bytes); a
+#: larger setting keeps its own program, which can generate its batches inside the scan
+SHARED_MAX_REP_BYTES = 2**28
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """The padded sizes a setting runs at in its shape family's shared program.
+
+    Attributes:
+        steps: the scan's length (at least the setting's number of iterations; the steps past
+            it are skipped at no cost).
+        rows: the rows of a step's data: of a batch (disjoint batching) or of the data set
+            (full), at least the setting's; the padding is masked.
+        levels: the privacy levels of one call (a setting with more runs them in groups; the
+            last group is filled with copies of its first level, whose results are dropped).
+    """
+
+    steps: int
+    rows: int
+    levels: int
+
+
+def _data_rows(setting: Setting) -> int:
+    """Rows of one step's data: ``n0 = floor(records / steps)`` with disjoint batches, all
+    records with full batching."""
+    est = setting.estimator
+    if est.batching == "disjoint":
+        return setting.plan.num_records // est.num_steps
+    return setting.plan.num_records
+
+
+def _row_shapes(tree: Any) -> tuple:
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef, tuple((tuple(x.shape), str(x.dtype)) for x in leaves)
+
+
+def shape_family(setting: Setting) -> tuple | None:
+    """What a setting's shared program is compiled for, but for the padded sizes: the padded
+    form of its estimator, its record, whether only the final iterate is kept, the shapes of a
+    record of data (all but the row axis), of the start values and of the truth. ``None``: the
+    estimator has no padded form (one program per setting, as :func:`make_kernel`)."""
+    est = setting.estimator
+    if getattr(est, "padded", None) is None:
+        return None
+    truth = setting.example_truth()
+    key = jax.random.key(0)
+    row = jax.eval_shape(lambda k: setting.simulate(k, 1, truth), key)
+    params0 = jax.eval_shape(lambda k: setting.init(k, truth), key)
+    return (est.padded, setting.record, setting.final_only, setting.hparams_type,
+            _row_shapes(row), _row_shapes(params0), _row_shapes(truth))
+
+
+def _rep_data_bytes(setting: Setting, program: Program) -> int:
+    """Bytes of one repetition's padded data in the shared program."""
+    truth = setting.example_truth()
+    row = jax.eval_shape(lambda k: setting.simulate(k, 1, truth), jax.random.key(0))
+    row_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize
+                    for x in jax.tree_util.tree_leaves(row))
+    batches = program.steps if setting.estimator.batching == "disjoint" else 1
+    return row_bytes * program.rows * batches
+
+
+def own_program(setting: Setting) -> Program:
+    """A setting's sizes as they are (no padding)."""
+    return Program(setting.estimator.num_steps, _data_rows(setting), len(setting.levels))
+
+
+def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
+    """The padded sizes of the settings of a study that can share programs: ``{key: Program}``
+    (settings left out keep a program of their own).
+
+    Settings of one shape family (:func:`shape_family`) are bucketed by rows, largest first:
+    a bucket's rows are its largest setting's, and a setting joins while that is at most
+    twice its own (geometric buckets: padding never more than doubles a setting's work). A
+    bucket's scan runs its longest setting's number of iterations (the others skip the rest,
+    at no cost) and its calls carry as many levels as its setting with the fewest (so no
+    setting computes more levels than it has, but for filling its last group). A setting
+    whose padded data would exceed :data:`SHARED_MAX_REP_BYTES` per repetition is left out,
+    and so is a setting alone in its bucket (its own kernel is one program, the shared path
+    two).
+    """
+    families: dict[Any, list[Setting]] = {}
+    for s in settings:
+        fam = shape_family(s)
+        if fam is not None:
+            families.setdefault(fam, []).append(s)
+    out: dict[str, Program] = {}
+    for members in families.values():
+        todo = sorted(members, key=lambda s: (-_data_rows(s), s.key))
+        while todo:
+            top = _data_rows(todo[0])
+            bucket = [s for s in todo if 2 * _data_rows(s) >= top]
+            todo = [s for s in todo if 2 * _data_rows(s) < top]
+            prog = Program(max(s.estimator.num_steps for s in bucket), top,
+                           min(len(s.levels) for s in bucket))
+            fits = [s for s in bucket if _rep_data_bytes(s, prog) <= SHARED_MAX_REP_BYTES]
+            if len(fits) > 1:  # one setting alone gains nothing: it keeps its own kernel
+                out.update((s.key, prog) for s in fits)
+    return out
+
+
+def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, program):
+    """Repetition ``r``'s padded data, start values and truth (the draws of
+    :func:`_repetition`, bit for bit, before padding)."""
+
+    def one(r, data_key, truth):
+        data_key = _as_typed_key(data_key)
+        data_key_r = jax.random.fold_in(data_key, r)
+        if draw_truth is not None:
+            truth = draw_truth.draw(jax.random.fold_in(data_key_r, TRUTH_TAG))
+        params0 = init(jax.random.fold_in(data_key_r, INIT_TAG), truth)
+        blocks = jax.vmap(lambda b: simulate(jax.random.fold_in(data_key_r, b),
+                                             plan.block_size, truth))(
+            jnp.arange(plan.num_blocks))
+
+        def layout(x):
+            if batching == "disjoint" and plan.num_blocks == num_steps:
+                batches = x  # a block is a step's batch (the streamed layout)
+            else:
+                x = x.reshape((plan.num_records,) + x.shape[2:])
+                if batching != "disjoint":
+                    pad = [(0, program.rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1)
+                    return jnp.pad(x, pad)
+                n0 = plan.num_records // num_steps  # split_batches: the remainder is unused
+                batches = x[: n0 * num_steps].reshape((num_steps, n0) + x.shape[1:])
+            pad = ([(0, program.steps - batches.shape[0]), (0, program.rows - batches.shape[1])]
+                   + [(0, 0)] * (batches.ndim - 2))
+            return jnp.pad(batches, pad)
+
+        return jax.tree_util.tree_map(layout, blocks), params0, truth
+
+    def chunk(reps, data_key, truth):
+        return jax.vmap(one, in_axes=(0, None, None))(reps, data_key, truth)
+
+    return chunk
+
+
+def _shared_alg_fn(padded, record, final_only, steps):
+    """All levels of a chunk of repetitions through the padded estimator: the record with
+    axes ``(C, L, steps + 1)`` (``(C, L, 2)`` with ``final_only``) and the events
+    ``(C, L, steps)``."""
+
+    def one(r, noise_key, data, params0, truth, hparams, ids, count, num_steps):
+        noise_key_r = jax.random.fold_in(_as_typed_key(noise_key), r)
+        level_keys = jax.vmap(jax.random.fold_in, (None, 0))(noise_key_r, ids)
+        num_levels = ids.shape[0]
+        state0 = jax.tree_util.tree_map(
+            lambda x: jnp.broadcast_to(x, (num_levels,) + jnp.shape(x)), padded.init(params0))
+        rows = jax.tree_util.tree_leaves(data)[0].shape[1 if padded.batching == "disjoint"
+                                                          else 0]
+        sizes = Sizes(jnp.arange(rows) < count, count.astype(jnp.result_type(float)),
+                      num_steps)
+
+        def record_step(state, info):
+            return record(state, truth), info.events
+
+        def one_level(level_key, hp, s0):
+            if final_only:
+                final, events = run_padded(padded, jax.random.fold_in(level_key, 0), data, s0,
+                                           hp, sizes, steps, lambda state, info: info.events)
+                return jax.tree_util.tree_map(lambda x: x[None], record(final, truth)), events
+            return run_padded(padded, level_key, data, s0, hp, sizes, steps, record_step)[1]
+
+        trace, events = jax.vmap(one_level)(level_keys, hparams, state0)
+        rec0 = jax.vmap(record, in_axes=(0, None))(state0, truth)
+        if not isinstance(rec0, dict):
+            raise TypeError("a setting's record must return a dict of named metrics")
+        out = jax.tree_util.tree_map(
+            lambda r0, tr: jnp.concatenate([r0[:, None], tr], axis=1), rec0, trace)
+        for i, leaf in enumerate(jax.tree_util.tree_leaves(events)):
+            out[f"{EVENT_PREFIX}{i}"] = leaf
+        return out
+
+    def chunk(reps, noise_key, data, params0, truth, hparams, ids, count, num_steps):
+        return jax.vmap(one, in_axes=(0, None, 0, 0, 0, None, None, None, None))(
+            reps, noise_key, data, params0, truth, hparams, ids, count, num_steps)
+
+    return chunk
+
+
+def _jit_over_reps(fn: Callable, num_devices: int, rep_args: Sequence[bool]) -> Callable:
+    """``jit(fn)``; with several devices its repetition axis (the arguments flagged in
+    ``rep_args`` and every output) is split over them with ``shard_map``."""
+    if num_devices == 1:
+        return jax.jit(fn)
+    mesh, by_rep = _rep_sharding(num_devices)
+    replicated = NamedSharding(mesh, P())
+    sharded = jax.shard_map(fn, mesh=mesh, in_specs=tuple(P("reps") if a else P()
+                                                          for a in rep_args),
+                            out_specs=P("reps"), check_vma=False)
+    return jax.jit(sharded, in_shardings=tuple(by_rep if a else replicated for a in rep_args))
+
+
+def make_shared_kernels(setting: Setting, program: Program, num_devices: int = 1
+                        ) -> tuple[Callable, Callable]:
+    """``(data, algorithm)``: the setting's data program ``(reps (C,), data_key, truth) ->
+    (data, params0, truth)`` (padded to ``program``) and its family's algorithm program
+    ``(reps, noise_key, data, params0, truth, hparams (L,), ids (L,), count, num_steps)`` ->
+    record ``(C, L, program.steps + 1)``, shared by every setting of the family at these
+    sizes (cached: a study compiles it once)."""
+    est = setting.estimator
+    data_key = (setting.simulate, setting.init, setting.plan, setting.draw_truth,
+                est.batching, est.num_steps, program, num_devices)
+    if data_key not in _DATA_KERNELS:
+        _DATA_KERNELS[data_key] = _jit_over_reps(_shared_data_fn(*data_key[:-1]), num_devices,
+                                                 (True, False, False))
+    alg_key = (est.padded, setting.record, setting.final_only, program.steps, num_devices)
+    if alg_key not in _KERNELS:
+        _KERNELS[alg_key] = _jit_over_reps(
+            _shared_alg_fn(est.padded, setting.record, setting.final_only, program.steps),
+            num_devices, (True, False, True, True, True, False, False, False, False))
+    return _DATA_KERNELS[data_key], _KERNELS[alg_key]
+
+
+def data_compile_count() -> int:
+    """Compiled entries of the shared path's data programs (one per setting and chunk shape:
+    small programs, ``simulate`` at the setting's sizes)."""
+    return sum(k._cache_size() for k in _DATA_KERNELS.values())
+
+
+_DATA_KERNELS: dict[tuple, Callable] = {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -781,6 +1031,8 @@ def run_setting(
     bounds: Sequence[tuple[int, int]] | None = None,
     plan: RunPlan | None = None,
     on_invalid: str = "raise",
+    program: Program | None = None,
+    programs: dict[str, Any] | None = None,
 ) -> np.ndarray:
     """Run all repetitions and levels of one setting.
 
@@ -814,6 +1066,11 @@ def run_setting(
             estimators' bounded statistics sanitise the entries, as a fit with
             ``on_invalid="clip"`` does). Either way the output's :data:`NONFINITE_DATA`
             array flags those repetitions.
+        program: the padded sizes of the shared program to run in (:func:`plan_programs`;
+            its estimator must have a padded form); default: a program of its own
+            (:func:`make_kernel`).
+        programs: a dict to fill with the program the setting ran: ``{"program": id,
+            "compiled": bool}`` (whether this run compiled it or reused a compiled one).
     """
     on_invalid = _validate.check_on_invalid(on_invalid)
     if plan is not None:
@@ -821,8 +1078,12 @@ def run_setting(
     reps = _validate.check_int_in_range(reps, "reps", 1)
     chunk_size = reps if chunk_size is None else chunk_size
     bounds = chunk_bounds(reps, chunk_size) if bounds is None else list(bounds)
-    runner = _SettingRunner.build(setting, seed, chunk_size, data_mode, num_devices,
-                                  getattr(store, "tally", None))
+    tally = getattr(store, "tally", None)
+    if program is not None and shape_family(setting) is not None:
+        runner = _SharedRunner.build(setting, program, seed, chunk_size, num_devices, tally)
+    else:
+        runner = _SettingRunner.build(setting, seed, chunk_size, data_mode, num_devices, tally)
+    compiled_before = _cache_size(runner.kernel)
     levels = list(setting.levels if levels is None else levels)
     out = []
     for i, (a, b) in enumerate(bounds):
@@ -843,6 +1104,9 @@ def run_setting(
         out.append(arr)
         if progress is not None:
             progress(min(b, reps) - a)
+    if programs is not None:
+        programs.update(program=runner.program_id,
+                        compiled=_cache_size(runner.kernel) > compiled_before)
     if any(o is None for o in out):  # a non-zero process skipped chunks process 0 had stored
         return {}
     return {k: np.concatenate([o[k] for o in out], axis=0) for k in out[0]}
@@ -909,6 +1173,11 @@ class _SettingRunner:
             self.tally(computed=(b - a) * len(lvls))
         return arr
 
+    @property
+    def program_id(self) -> str:
+        """The program's name in results: the estimator and the setting (one of its own)."""
+        return f"{self.setting.estimator.name} [setting {self.setting.key}]"
+
     def _call(self, start: int, hparams: Any, ids: Any) -> dict[str, np.ndarray]:
         """One kernel call: repetitions ``start .. start + padded - 1``, on the host."""
         idx = np.arange(start, start + self.padded, dtype=np.uint32)
@@ -944,6 +1213,81 @@ def _refuse_nonfinite(setting: Setting, arr: dict[str, np.ndarray], a: int, b: i
             "refuses (on_invalid='raise'); "
             "fix simulate, or run with --on-invalid clip (run_experiment(on_invalid='clip')) "
             "to let the estimators sanitise them as a fit with on_invalid='clip' does")
+
+
+@dataclasses.dataclass(frozen=True)
+class _SharedRunner(_SettingRunner):
+    """A setting run through its shape family's shared program (:func:`make_shared_kernels`):
+    per call, its data program draws and pads the chunk's data once, and the algorithm program
+    runs the levels on them in groups of ``program.levels``."""
+
+    data_kernel: Callable[..., Any] = None
+    program: Program = None
+
+    @classmethod
+    def build(cls, setting: Setting, program: Program, seed: int, chunk_size: int,
+              num_devices: int | None, tally: Callable[..., None] | None) -> _SharedRunner:
+        devices = len(jax.devices()) if num_devices is None else num_devices
+        devices = max(1, min(devices, chunk_size))
+        data_kernel, kernel = make_shared_kernels(setting, program, devices)
+        data_key, noise_key = (
+            np.asarray(jax.random.key_data(k))
+            for k in study_keys(seed, setting.key, setting.data_group)
+        )
+        return cls(setting, kernel, data_key, noise_key, math.ceil(chunk_size / devices) * devices,
+                   _rep_sharding(devices)[1] if devices > 1 else None,
+                   jax.process_count() > 1, jax.process_index() == 0, tally, data_kernel,
+                   program)
+
+    @property
+    def program_id(self) -> str:
+        p, est = self.program, self.setting.estimator
+        return (f"{est.padded.family} [steps={p.steps}, rows={p.rows}, levels={p.levels}, "
+                f"{describe_function(self.setting.record).split(' ')[0]}"
+                f"{', final only' if self.setting.final_only else ''}]")
+
+    def _call(self, start: int, hparams: Any, ids: Any) -> dict[str, np.ndarray]:
+        idx = np.arange(start, start + self.padded, dtype=np.uint32)
+        if self.rep_sharding is not None:
+            reps_in = jax.make_array_from_callback((self.padded,), self.rep_sharding,
+                                                   lambda index: idx[index])
+        else:
+            reps_in = idx
+        setting, prog = self.setting, self.program
+        data, params0, truth = self.data_kernel(reps_in, self.data_key, setting.fixed_truth)
+        count = np.int32(_data_rows(setting))
+        num_steps = np.int32(setting.estimator.num_steps)
+        total = len(ids)
+        group = min(prog.levels, total)  # fewer levels asked: no copies computed
+        parts = []
+        for g in range(0, total, group):
+            pick = np.arange(g, g + group)
+            pick = np.where(pick < total, pick, g)  # fill the last group with its first level
+            hp = jax.tree_util.tree_map(functools.partial(_take_levels, pick=pick), hparams)
+            res = self.kernel(reps_in, self.noise_key, data, params0, truth, hp,
+                              np.asarray(ids)[pick], count, num_steps)
+            if self.multi:
+                from jax.experimental import multihost_utils
+
+                res = multihost_utils.process_allgather(res, tiled=True)
+            res = jax.device_get(res)
+            if not isinstance(res, dict):
+                raise TypeError("a setting's record must return a dict of named metrics")
+            keep = min(group, total - g)
+            steps = setting.estimator.num_steps
+            parts.append({k: np.asarray(v)[:, :keep, :steps if k.startswith(EVENT_PREFIX) else (
+                v.shape[2] if setting.final_only else steps + 1)] for k, v in res.items()})
+        return {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+
+
+def _cache_size(kernel: Callable) -> int:
+    """Compiled entries of a jitted kernel (0 for a wrapped one, e.g. a test's counter)."""
+    size = getattr(kernel, "_cache_size", None)
+    return size() if callable(size) else 0
+
+
+def _take_levels(x: Any, pick: np.ndarray) -> np.ndarray:
+    return np.asarray(x)[pick]
 
 
 def _is_stored(store: Any, key: str, i: int, multi: bool) -> bool:

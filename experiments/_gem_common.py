@@ -112,13 +112,15 @@ def method_setting(method: str, model_name: str, n: int, d: int, levels: Sequenc
     ``T`` iterations; the data group is shared by every method at (model, n, d)."""
     model = make_model(model_name, c["sigma"], c["p_m"])
     if method == "dp-gem":
-        est, hp_type = dp_gem.dp_gem(model, T), dp_gem.DPGEMHyperparams
+        est, hp_type = dp_gem.dp_gem(model, T, calibration="paper"), dp_gem.DPGEMHyperparams
     elif method == "dp-gem-split":
-        est, hp_type = dp_gem.dp_gem(model, T, sample_split=True), dp_gem.DPGEMHyperparams
+        est = dp_gem.dp_gem(model, T, sample_split=True, calibration="paper")
+        hp_type = dp_gem.DPGEMHyperparams
     elif method == "clipped-gem":
-        est, hp_type = dp_gem.clipped_gem(model, T), dp_gem.ClippedGEMHyperparams
+        est, hp_type = dp_gem.clipped_gem(model, T, "paper"), dp_gem.ClippedGEMHyperparams
     elif method == "dp-em-exact":
-        est, hp_type = dp_gem.dp_exact_em(model, T), dp_gem.DPEMExactHyperparams
+        est = dp_gem.dp_exact_em(model, T, calibration="paper")
+        hp_type = dp_gem.DPEMExactHyperparams
     elif method == "ldp-gem":  # one disjoint user group per round, generated round by round
         est, hp_type = ldp_gem.ldp_gem(model, T, batching="disjoint"), ldp_gem.LDPGEMHyperparams
     else:

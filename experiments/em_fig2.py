@@ -106,7 +106,7 @@ def settings(c):
             out.append(Setting(
                 key=f"dp-gem,n={n},d={d}",
                 columns={"method": "dp-gem", "n": n, "d": d, "s": d, "N0": N0},
-                estimator=dp_gem.dp_gem(model, N0),
+                estimator=dp_gem.dp_gem(model, N0, calibration="paper"),
                 levels=tuple({**level(e, n, 1.0, 0.0), "tau": tau, "zeta": 0.05, "s": 0.0}
                              for e in sorted(c["eps_grid"])),
                 **gem,

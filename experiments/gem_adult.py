@@ -125,10 +125,11 @@ def settings(c):
     cols = {"n": n, "d": int(p["y"].shape[1]), "sigma": p["sigma"]}
     return [
         Setting(key="dp-gem,adult", columns={"method": "dp-gem", **cols},
-                estimator=dp_gem.dp_gem(model, T), hparams_type=dp_gem.DPGEMHyperparams,
+                estimator=dp_gem.dp_gem(model, T, calibration="paper"),
+                hparams_type=dp_gem.DPGEMHyperparams,
                 levels=tuple(lv(e) for e in (*sorted(c["eps_grid"]), INF)), **common),
         Setting(key="clipped-gem,adult", columns={"method": "clipped-gem", **cols},
-                estimator=dp_gem.clipped_gem(model, T),
+                estimator=dp_gem.clipped_gem(model, T, "paper"),
                 hparams_type=dp_gem.ClippedGEMHyperparams,
                 levels=tuple(lv(e, c["clip"]) for e in sorted(c["eps_grid"])), **common),
     ]

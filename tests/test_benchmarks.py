@@ -129,7 +129,7 @@ def test_gem_numpy_calibration_equals_dpjax_noise():
     np_mod = run._numpy("numpy_gem")
     n, d, T, tau = 100000, 10, 22, 1.0 + 9.0 / 10
     model = GaussianMixture(1.0)
-    est = dp_gem.dp_gem(model, T)
+    est = dp_gem.dp_gem(model, T, calibration="paper")
     data = model.simulate(jax.random.key(0), n, np.full(d, 0.9, np.float32))
     for eps in (0.2, 0.5, 1.0):
         f = lambda v: np.asarray(v, np.float32)  # noqa: E731

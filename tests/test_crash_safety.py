@@ -183,18 +183,24 @@ def finished(tmp_path_factory):
 def kernel_calls(monkeypatch):
     """The repetitions of every kernel call (what a run computes rather than loads)."""
     calls = []
-    real = sweep.make_kernel
+    real, real_shared = sweep.make_kernel, sweep.make_shared_kernels
 
-    def counting(*args, **kwargs):
-        kernel = real(*args, **kwargs)
-
+    def count(kernel):
         def wrapped(reps, *rest):
             calls.append(np.asarray(reps).tolist())
             return kernel(reps, *rest)
 
         return wrapped
 
+    def counting(*args, **kwargs):
+        return count(real(*args, **kwargs))
+
+    def counting_shared(*args, **kwargs):  # a shared program: its algorithm calls
+        data, alg = real_shared(*args, **kwargs)
+        return data, count(alg)
+
     monkeypatch.setattr(sweep, "make_kernel", counting)
+    monkeypatch.setattr(sweep, "make_shared_kernels", counting_shared)
     return calls
 
 
@@ -509,8 +515,12 @@ def _finish(proc):
 def _config_without_timings(out):
     cfg = json.loads(Path(out, "config.json").read_text())
     cfg.pop("environment")
+    cfg.pop("timing")  # seconds and programs compiled: facts of the run (the cache is warm)
     for s in cfg["settings"]:
         s.pop("seconds")
+        s.pop("compiled")  # whether this process compiled the program: a fact of the run
+        for k in ("programs_compiled", "compile_seconds", "programs_from_cache"):
+            s.pop(k)
     return cfg
 
 

@@ -499,3 +499,110 @@ def test_noise_factor_is_checked():
                                    noise_factor=2.0**12)
     with pytest.raises(ValueError, match="kind"):
         dn.secure_noise_parameters("gaussian", 3, 1.0, 0.5, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The batched host sampler (discrete_gaussian_batch): same law, exact comparisons
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _batch_draws(sigma2: float, size: int = N_KEYS * PER_KEY) -> np.ndarray:
+    return dn.discrete_gaussian_batch(jax.random.key(20261128 + round(10 * sigma2)), (size,),
+                                      sigma2)
+
+
+@pytest.mark.parametrize("sigma2", [0.7, 4.0, 30.0, 700.0])
+def test_batched_discrete_gaussian_matches_exact_pmf_with_power(sigma2):
+    used = float(dn.gaussian_sigma2_used(sigma2))
+    x = _batch_draws(sigma2)
+    assert x.dtype == np.int64 and x.shape == (N_KEYS * PER_KEY,)
+    p_right = _chi2_pvalue(x, _pmf("gaussian", used))
+    assert p_right > PASS_P, f"N_Z(0, {used}) rejected, p = {p_right:g}"
+    for factor in (2 / 3, 3 / 2):
+        p_wrong = _chi2_pvalue(x, _pmf("gaussian", used * factor))
+        assert p_wrong < FAIL_P, f"N_Z(0, {used * factor:g}) not rejected, p = {p_wrong:g}"
+    assert _moments_ok(x, _pmf("gaussian", used))
+    assert not any(_moments_ok(x, _pmf("gaussian", used * f)) for f in (2 / 3, 3 / 2))
+
+
+@pytest.mark.parametrize("sigma2", [0.7, 30.0])
+def test_batched_sampler_exact_path_alone_matches_the_pmf(monkeypatch, sigma2):
+    """With the float64 shortcut turned off every comparison runs in exact rational
+    arithmetic (the path the shortcut defers to near a boundary): the same law, with power."""
+    monkeypatch.setattr(dn, "_FLOAT_EXP_OK", [False])
+    used = float(dn.gaussian_sigma2_used(sigma2))
+    x = dn.discrete_gaussian_batch(jax.random.key(7), (6000,), sigma2)
+    assert _chi2_pvalue(x, _pmf("gaussian", used)) > PASS_P
+    for factor in (1 / 3, 3):
+        assert _chi2_pvalue(x, _pmf("gaussian", used * factor)) < FAIL_P
+    # the two paths agree draw for draw when the float path is certain: same words, same U
+    monkeypatch.setattr(dn, "_FLOAT_EXP_OK", [True])
+    assert np.array_equal(dn.discrete_gaussian_batch(jax.random.key(7), (6000,), sigma2), x)
+
+
+def test_geometric_proposal_and_exact_bernoulli():
+    """``_geometric``: P(G = g) ∝ exp(-g/t), against 2/3 and 3/2 of t; the exact comparison
+    ``U < exp(-gamma)`` holds with probability exp(-gamma) (binomial, 5 s.e.)."""
+    gen = dn._host_generator(jax.random.key(3))
+    t = 7
+    g = dn._geometric(gen, dn._u53(dn._words64(gen, 100_000)), t, 10**6)
+    wide = np.arange(0, 2000)
+    for scale, good in ((t, True), (t * 2 / 3, False), (t * 1.5, False)):
+        pmf = np.exp(-wide / scale)
+        pmf /= pmf.sum()
+        expected = g.size * pmf
+        keep = expected >= 5
+        obs = np.bincount(np.minimum(g, wide[keep][-1]), minlength=keep.sum())[:keep.sum()]
+        exp_ = expected[keep].copy()
+        exp_[-1] += expected[~keep].sum()
+        p = stats.chisquare(obs, exp_ * g.size / exp_.sum()).pvalue
+        assert (p > PASS_P) if good else (p < FAIL_P), (scale, p)
+    for gamma in (Fraction(0), Fraction(1, 3), Fraction(5, 2)):
+        hits = sum(dn._LazyUniform(gen, int(u)).less_exp(gamma)
+                   for u in dn._u53(dn._words64(gen, 4000)))
+        p = math.exp(-gamma)
+        assert abs(hits - 4000 * p) <= 5 * math.sqrt(4000 * p * (1 - p)) + 1e-9
+
+
+def test_exp_bounds_bracket_and_decide_near_the_boundary():
+    for gamma in (Fraction(0), Fraction(1, 7), Fraction(1), Fraction(123, 4), Fraction(700)):
+        lo, hi = dn._exp_neg_bounds(gamma, 80)
+        assert 0 < lo <= hi and hi - lo <= hi * Fraction(1, 2**78)
+        assert float(lo) <= math.exp(-gamma) * (1 + 1e-15) and math.exp(-gamma) <= float(hi) * (
+            1 + 1e-15)
+    # u just below / above the 53-bit image of exp(-1): only the exact path can tell
+    lo, hi = dn._exp_neg_bounds(Fraction(1), 200)
+    edge = math.floor(lo * 2**53)
+    gen = dn._host_generator(jax.random.key(0))
+    assert dn._LazyUniform(gen, edge - 1).less_exp(Fraction(1))
+    assert not dn._LazyUniform(gen, edge + 1).less_exp(Fraction(1))
+    u = np.array([edge - 1, edge, edge + 1], np.float64)
+    lo_t, hi_t = dn._bounds_table(np.ones(3))
+    assert ((u + 1 <= lo_t) | (u >= hi_t)).sum() == 0  # the float path defers all three
+
+
+def test_batched_sampler_is_keyed_and_checked(key):
+    a = dn.discrete_gaussian_batch(same_key(key), (3, 4), 9.0)
+    assert a.shape == (3, 4)
+    assert np.array_equal(a, dn.discrete_gaussian_batch(same_key(key), (3, 4), 9.0))
+    assert not np.array_equal(a, dn.discrete_gaussian_batch(jax.random.fold_in(key, 1), (3, 4),
+                                                            9.0))
+    with pytest.raises(ValueError, match="sigma2 must lie in"):
+        dn.discrete_gaussian_batch(key, (3,), 2.0**41)
+
+
+def test_secure_gaussian_rows_release_each_row_on_the_grid(key):
+    """Each row is grid * (to_grid(row) + Z) with the row's own noise: the integer residuals
+    are integers whose spread is the discrete Gaussian's, rows independent."""
+    rows = np.linspace(-3, 3, 40 * 5000, dtype=np.float32).reshape(5000, 40)
+    noise = dn.secure_noise_parameters("discrete_gaussian", 40, 1.0, 0.5, 2.0**-4)
+    out = np.asarray(dn.secure_gaussian_rows(same_key(key), rows, noise))
+    z = out / noise.grid - np.asarray(dn.to_grid(rows, noise.grid))
+    assert np.array_equal(z, np.round(z))
+    used = float(noise.noise)
+    assert _moments_ok(z.ravel().astype(np.int64), _pmf("gaussian", used))
+    assert abs(np.corrcoef(z[:, 0], z[:, 1])[0, 1]) < 5 / math.sqrt(5000)
+    inf = dn.secure_noise_parameters("discrete_gaussian", 40, 1.0, math.inf, 2.0**-4)
+    assert np.array_equal(np.asarray(dn.secure_gaussian_rows(same_key(key), rows, inf)),
+                          np.asarray(dn.to_grid(rows, 2.0**-4)) * 2.0**-4)

@@ -8,7 +8,8 @@ new fit) is checked as soon as it exists; it must also get a tiny problem in ``P
 * budgets keyword-only and named ``epsilon``/``delta`` or ``rho``/``rho1``/``rho2`` with
   ``delta`` for the conversion; ``delta`` defaults to ``None``, meaning ``1/(2n)`` (the one
   delta policy, :func:`dpjax._validate.resolve_delta`);
-* ``on_invalid`` and ``secure`` on every private fit; no ``**options``; a ``FitResult`` back,
+* ``on_invalid``, ``secure`` and ``accountant`` (:class:`dpjax.Accountant`) on every private
+  fit; no ``**options``; a ``FitResult`` back,
   with a ledger (non-private fits included: theirs says not private);
 * a clear error naming the traceable entry points under ``jax.jit`` / ``jax.vmap``.
 """
@@ -174,7 +175,7 @@ def contract_violations(fn) -> list[str]:
         bad.append("a private fit takes epsilon or rho (one kind)")
     if "delta" not in params or params["delta"].default is not None:
         bad.append("delta must be a keyword defaulting to None (1/(2n), the one policy)")
-    for name, default in (("on_invalid", "raise"), ("secure", False)):
+    for name, default in (("on_invalid", "raise"), ("secure", False), ("accountant", None)):
         p = params.get(name)
         if p is None or p.kind is not p.KEYWORD_ONLY or p.default != default:
             bad.append(f"{name} must be keyword-only with default {default!r}")
@@ -204,11 +205,14 @@ def test_the_contract_check_has_teeth():
     def fit_eps(key, data, *, eps, delta=None, on_invalid="raise",
                 secure=False) -> FitResult: ...
 
+    def fit_no_accountant(key, data, *, epsilon, delta=None, on_invalid="raise",
+                          secure=False) -> FitResult: ...
+
     def fit_ok(key, data, *, epsilon, delta=None, on_invalid="raise",
-               secure=False) -> FitResult: ...
+               secure=False, accountant=None) -> FitResult: ...
 
     for fn in (fit_old_nldp, fit_options, fit_tuple, fit_positional_budget, fit_required_delta,
-               fit_no_secure, fit_eps):
+               fit_no_secure, fit_eps, fit_no_accountant):
         assert contract_violations(fn), fn.__name__
     assert contract_violations(fit_ok) == []
 

@@ -196,18 +196,24 @@ def test_rerun_resumes_from_completed_chunks(tmp_path, monkeypatch):
     # Simulate a run killed after its first chunk: drop the second chunk file.
     chunks[1].unlink()
     calls = []
-    real = sweep.make_kernel
+    real, real_shared = sweep.make_kernel, sweep.make_shared_kernels
 
-    def counting_kernel(*args, **kwargs):
-        k = real(*args, **kwargs)
-
+    def counting(k):
         def wrapped(reps, *a):
             calls.append(np.asarray(reps).tolist())
             return k(reps, *a)
 
         return wrapped
 
+    def counting_kernel(*args, **kwargs):
+        return counting(real(*args, **kwargs))
+
+    def counting_shared(*args, **kwargs):  # the shared program's algorithm calls
+        data, alg = real_shared(*args, **kwargs)
+        return data, counting(alg)
+
     monkeypatch.setattr(sweep, "make_kernel", counting_kernel)
+    monkeypatch.setattr(sweep, "make_shared_kernels", counting_shared)
     second = study.run_experiment(exp, tmp_path, reps=4, seed=2, chunk_size=2, progress=False,
                                   num_devices=1)
     assert calls == [[2, 3]]  # only the missing chunk was computed

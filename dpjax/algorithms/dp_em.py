@@ -56,7 +56,7 @@ import numpy as np
 from dpjax import _validate, registry
 from dpjax.accounting import ApproxDP, Ledger, Release
 from dpjax.algorithms._boundary import check_model, checked_inputs
-from dpjax.base import Estimator, FitResult, batch_size, fit
+from dpjax.base import Estimator, FitResult, Padded, batch_size, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     gaussian_mechanism,
@@ -149,12 +149,16 @@ def default_hparams(
 
 def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                calibration: Calibration = "paper"):
-    def step(key, state: DPEMState, batch, hp: DPEMHyperparams):
+    def step(key, state: DPEMState, batch, hp: DPEMHyperparams, sizes=None):
         beta = state.beta
         zero = jnp.zeros((), beta.dtype)
         no_support = jnp.zeros((0,), jnp.int32)
         if privatiser in ("noisy-ht", "gaussian"):
-            stat = model.truncated_gradient(beta, batch, hp.truncation)
+            if sizes is None:
+                stat = model.truncated_gradient(beta, batch, hp.truncation)
+            else:  # a padded batch: its mask's rows, n0 = sizes.count (see _padded)
+                stat = model.truncated_gradient(beta, batch, hp.truncation, mask=sizes.mask,
+                                                count=sizes.count.astype(beta.dtype))
             stat = stat.scale(hp.eta).shift(beta)  # beta^{t+0.5}, lambda_t = eta * sens(f_T)
             if privatiser == "noisy-ht":
                 peeled = noisy_hard_threshold(key, stat, s_hat, hp.epsilon, hp.delta,
@@ -169,7 +173,11 @@ def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                 calibration="analytic" if calibration == "tight" else "classic-or-analytic")
             return DPEMState(new), DPEMInfo(ev.scale.astype(beta.dtype), no_support, (ev,))
         del key  # non-private: no randomness
-        half = beta + hp.eta * model.gradient(beta, batch)
+        if sizes is None:
+            half = beta + hp.eta * model.gradient(beta, batch)
+        else:
+            half = beta + hp.eta * model.gradient(beta, batch, mask=sizes.mask,
+                                                  count=sizes.count.astype(beta.dtype))
         events = (no_privacy_event("linf"),)
         if privatiser == "top-s":
             peeled = hard_threshold(half, s_hat)
@@ -213,8 +221,21 @@ def _build(
         if privatiser in ("noisy-ht", "gaussian") else None
     return Estimator(
         name, _init, _make_step(model, privatiser, s_hat, calibration), num_iterations,
-        batching, ledger_fn, check
+        batching, ledger_fn, check, _padded(model, privatiser, s_hat, calibration, batching)
     )
+
+
+@functools.lru_cache(maxsize=512)
+def _padded(model: EMModel, privatiser: Privatiser, s_hat: int | None,
+            calibration: Calibration, batching: str = "disjoint") -> Padded | None:
+    """The padded form (one program for every ``n`` and ``N0``): the step reads nothing of
+    ``n`` or ``N0`` but its data's count (``n0``, or ``n`` for the twins on all data), so it is
+    the same step with the model's masked statistic; ``None`` where the model's statistics
+    take no mask."""
+    if not getattr(model, "supports_mask", False):
+        return None
+    return Padded(f"{_NAMES[privatiser]}/{model.name}[s={s_hat},{calibration},{batching}]",
+                  _init, _make_step(model, privatiser, s_hat, calibration), batching)
 
 
 def _check(model: EMModel, num_iterations: int, n: int, hp: DPEMHyperparams, dtype) -> None:
@@ -366,7 +387,7 @@ def _fit(
     num_iterations: int | None = None,
     sample_splitting: bool = True,
     on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
     calibration: Calibration | None = None,
 ) -> FitResult:
     check_model(model, EMModel, _EM_MODEL)
@@ -393,7 +414,7 @@ def _fit(
     else:
         estimator = gradient_em(model, N0, sample_splitting)
     hp = default_hparams(n, eps, delta, eta, truncation)
-    res = fit(estimator, a.key, data, beta0, hp, n=n, secure=secure)
+    res = fit(estimator, a.key, data, beta0, hp, n=n, secure=secure, accountant=accountant)
     if privatiser in ("noisy-ht", "gaussian"):
         # Facts computed from the public iterates beta^0 .. beta^{N0-1} (post-processing).
         used = np.concatenate([np.asarray(beta0, np.float64)[None], res.trace[:-1]], axis=0)
@@ -417,7 +438,7 @@ def fit_hd_dp_em(
     truncation: Any = None,
     num_iterations: int | None = None,
     on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
     calibration: Calibration | None = None,
 ) -> FitResult:
     """Fit high-dimensional DP-EM (spec 000 Alg 2; Alg 3/5/6 by ``model``) to one data set.
@@ -450,6 +471,8 @@ def fit_hd_dp_em(
             :func:`dpjax.mechanisms.noisy_hard_threshold`); the ledger's releases are
             ``"discrete-noisy-ht"``.
         calibration: ``"tight"`` (the default, ``None``) or ``"paper"`` (:func:`hd_dp_em`).
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`FitResult` with the estimate, the iterates, and the privacy ledger:
@@ -458,14 +481,16 @@ def fit_hd_dp_em(
     """
     return _fit("noisy-ht", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
                 eta=eta, truncation=truncation, num_iterations=num_iterations, s_hat=s_hat,
-                on_invalid=on_invalid, secure=secure, calibration=calibration)
+                on_invalid=on_invalid, secure=secure, calibration=calibration,
+                accountant=accountant)
 
 
 @_validate.host_only
 def fit_ld_dp_em(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None, beta0: Any,
     eta: Any = 0.5, truncation: Any = None, num_iterations: int | None = None,
-    on_invalid: str = "raise", secure: bool = False, calibration: Calibration | None = None,
+    on_invalid: str = "raise", secure: bool = False, accountant: Any = None,
+    calibration: Calibration | None = None,
 ) -> FitResult:
     """Fit low-dimensional DP-EM (spec 000 Alg 4/7/8 by ``model``) to one data set: the
     Gaussian mechanism on the whole truncated update. Arguments as :func:`fit_hd_dp_em` without
@@ -478,7 +503,8 @@ def fit_ld_dp_em(
     noise deliver the request under its zCDP accounting."""
     return _fit("gaussian", key, data, model, beta0=beta0, epsilon=epsilon, delta=delta,
                 eta=eta, truncation=truncation, num_iterations=num_iterations,
-                on_invalid=on_invalid, secure=secure, calibration=calibration)
+                on_invalid=on_invalid, secure=secure, calibration=calibration,
+                accountant=accountant)
 
 
 @_validate.host_only

@@ -71,7 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate, registry
-from dpjax.accounting import ApproxDP, Ledger, Release
+from dpjax.accounting import ZCDP, ApproxDP, Ledger, Release
 from dpjax.algorithms._gem_core import (
     S_RULES,
     GEMInfo,
@@ -93,17 +93,19 @@ from dpjax.algorithms.ldp_gem import (
     ldp_user_groups,
     local_gradient_scores,
 )
-from dpjax.base import Estimator, FitResult, fit
+from dpjax.base import Estimator, FitResult, Padded, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     bounded_mean,
     clip_l2,
     gaussian_mechanism_zcdp,
 )
+from dpjax.mechanisms.calibration import gaussian_multiplier_analytic
 from dpjax.models.protocol import EMModel
 from dpjax.robust_mean import robust_mean_statistic
 
 __all__ = [
+    "CALIBRATIONS",
     "ClippedGEMHyperparams",
     "DPEMExactHyperparams",
     "DPGEMHyperparams",
@@ -127,6 +129,25 @@ __all__ = [
     "local_gradient_scores",
     "smoothing_parameters",
 ]
+
+
+#: how the whole run's zCDP budget ``rho`` is set from (epsilon, delta): ``"gaussian"`` (the
+#: default) -- ``rho = mu^2 / 2`` with ``mu`` the analytic Gaussian mechanism's of (epsilon,
+#: delta) (Balle & Wang 2018): the run's Gaussian releases compose to exactly that Gaussian, so
+#: its ledger (PLD composition: the exact Gaussian curve) delivers the request; ``"paper"`` --
+#: ``rho = eps~^2`` (spec 002 A2), which the Bun-Steinke conversion of the paper's ledger
+#: inverts: the same request read off the exact curve is spent only in part
+CALIBRATIONS = ("gaussian", "paper")
+
+
+def total_rho(epsilon: Any, delta: Any, calibration: str) -> Any:
+    """The whole run's zCDP budget under ``calibration`` (:data:`CALIBRATIONS`); inf at
+    epsilon = inf."""
+    if calibration == "paper":
+        return jnp.square(eps_tilde(epsilon, delta))
+    m = gaussian_multiplier_analytic(epsilon, delta)  # 1 / mu (0 at epsilon = inf)
+    with np.errstate(divide="ignore"):
+        return 0.5 / (m * m)
 
 
 class DPGEMHyperparams(NamedTuple):
@@ -206,24 +227,32 @@ def _num_releases(d: int, num_iterations: int, sample_split: bool) -> int:
 
 
 def _make_robust_step(model: EMModel, num_iterations: int, s_rule: SRule, sample_split: bool,
-                      exact_m: bool):
+                      exact_m: bool, calibration: str = "gaussian"):
     """Algorithm 2 (``exact_m=False``: ``psi`` of the per-sample gradients, then a gradient step)
     or Algorithm 3 (``exact_m=True``: ``psi`` of the per-sample M-step terms ``f_i``, whose
     private mean *is* the next iterate). ``n`` (hence ``s``) is the size of the data the step
     sees: the whole data set, or one disjoint batch with ``sample_split``."""
 
-    def step(key, state: GEMState, data, hp):
+    def step(key, state: GEMState, data, hp, sizes=None):
         beta = state.beta
-        u = (model.m_step_terms(beta, data) if exact_m
-             else model.per_sample_gradients(beta, data))  # (n, d)
-        n, d = u.shape
+        if sizes is None:
+            u = (model.m_step_terms(beta, data) if exact_m
+                 else model.per_sample_gradients(beta, data))  # (n, d)
+            n, d = u.shape
+            steps, count = num_iterations, None
+        else:  # padded (see _padded_robust): zero rows past the count, psi(0) = 0
+            u = model.per_sample_gradients(beta, data, mask=sizes.mask)
+            d = u.shape[1]
+            n = count = sizes.count.astype(beta.dtype)
+            steps = sizes.num_steps.astype(beta.dtype)
         s, beta_s = smoothing_parameters(s_rule, n, d, hp)
-        rho = jnp.square(eps_tilde(hp.epsilon, hp.delta)) / _num_releases(
-            d, num_iterations, sample_split)
+        rho = total_rho(hp.epsilon, hp.delta, calibration) / _num_releases(
+            d, steps, sample_split)
 
         def coordinate(k, column):
             # the statistic carries its own sensitivity (4 sqrt2 / 3) s / n: never retyped
-            return gaussian_mechanism_zcdp(k, robust_mean_statistic(column, s, beta_s), rho)
+            return gaussian_mechanism_zcdp(k, robust_mean_statistic(column, s, beta_s, count),
+                                           rho)
 
         g, ev = jax.vmap(coordinate)(jax.random.split(key, d), u.T)
         events = tuple(jax.tree_util.tree_map(lambda a, j=j: a[j], ev) for j in range(d))
@@ -235,14 +264,14 @@ def _make_robust_step(model: EMModel, num_iterations: int, s_rule: SRule, sample
     return step
 
 
-def _make_clipped_step(model: EMModel, num_iterations: int):
+def _make_clipped_step(model: EMModel, num_iterations: int, calibration: str = "gaussian"):
     def step(key, state: GEMState, data, hp: ClippedGEMHyperparams):
         beta = state.beta
         g = model.per_sample_gradients(beta, data)  # (n, d)
         clip = jnp.asarray(hp.clip, g.dtype)
         # one clipped record moves the mean by at most 2C/n in l2
         stat = bounded_mean(clip_l2(g, clip), 2.0 * clip, "l2")
-        rho = jnp.square(eps_tilde(hp.epsilon, hp.delta)) / num_iterations
+        rho = total_rho(hp.epsilon, hp.delta, calibration) / num_iterations
         release, ev = gaussian_mechanism_zcdp(key, stat, rho)
         new = beta + jnp.asarray(hp.eta, beta.dtype) * release.astype(beta.dtype)
         return GEMState(new), GEMInfo(ev.scale.astype(beta.dtype), clip.astype(beta.dtype),
@@ -256,7 +285,7 @@ def _init(beta0: Any) -> GEMState:
 
 
 def dp_gem(model: EMModel, num_iterations: int, s_rule: SRule = "sigma_consistent",
-           sample_split: bool = False) -> Estimator:
+           sample_split: bool = False, calibration: str = "gaussian") -> Estimator:
     """Algorithm 2 (DP gradient EM, spec 002 §2.5).
 
     Args:
@@ -269,12 +298,15 @@ def dp_gem(model: EMModel, num_iterations: int, s_rule: SRule = "sigma_consisten
             records; ``s`` is computed from ``n0`` and each batch's ``d`` releases get the whole
             budget ``rho = eps~^2 / d`` (parallel composition across batches), i.e.
             ``sigma^2 = 16 s'^2 d / (9 n0^2 eps~^2)``.
+        calibration: ``"gaussian"`` (default; the ledger delivers the request by PLD
+            composition) or ``"paper"`` (``rho = eps~^2``, the paper's; reproductions pass
+            it); :data:`CALIBRATIONS`. It sets only the noise: ``s`` keeps the paper's rule.
     """
-    return _build_robust(model, num_iterations, s_rule, bool(sample_split), False)
+    return _build_robust(model, num_iterations, s_rule, bool(sample_split), False, calibration)
 
 
 def dp_exact_em(model: EMModel, num_iterations: int,
-                s_rule: SRule = "sigma_consistent") -> Estimator:
+                s_rule: SRule = "sigma_consistent", calibration: str = "gaussian") -> Estimator:
     r"""Algorithm 3 (DP exact-M-step EM, spec 002 §2.6, the paper's App I), Gaussian mixture only.
 
     Iteration ``t``, coordinate ``j``:
@@ -284,7 +316,8 @@ def dp_exact_em(model: EMModel, num_iterations: int,
     eps~^2 / (d T)`` each; the paper's Thm 9). No step size. Only the Gaussian mixture has an
     M-step that is a mean of independent per-record terms (spec 002 Assumption 2); the paper
     prints ``s = sqrt(n tau eps~) / (2 log(1/zeta))`` here (``s_rule="alg3_literal"``), the
-    default is the sigma-consistent rule of A1, as for Algorithm 2.
+    default is the sigma-consistent rule of A1, as for Algorithm 2. ``calibration`` as in
+    :func:`dp_gem`.
     """
     from dpjax.models import GaussianMixture
 
@@ -292,32 +325,54 @@ def dp_exact_em(model: EMModel, num_iterations: int,
         raise ValueError("Algorithm 3 (DP exact-M-step EM) applies to the Gaussian mixture "
                          "only (spec 002 §2.6: the M-steps of the other models couple the "
                          f"records); got model {type(model).__name__}")
-    return _build_robust(model, num_iterations, s_rule, False, True)
+    return _build_robust(model, num_iterations, s_rule, False, True, calibration)
 
 
 @functools.lru_cache(maxsize=512)
 def _build_robust(model: EMModel, num_iterations: int, s_rule: SRule, sample_split: bool,
-                  exact_m: bool) -> Estimator:
+                  exact_m: bool, calibration: str = "gaussian") -> Estimator:
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     if s_rule not in S_RULES:
         raise ValueError(f"s_rule must be one of {S_RULES}; got {s_rule!r}")
     kind = "exact-m" if exact_m else ("robust-split" if sample_split else "robust")
     prefix = {"exact-m": "dp-em-exact", "robust-split": "dp-gem-split", "robust": "dp-gem"}
     name = f"{prefix[kind]}/{model.name}"
-    ledger_fn = functools.partial(_ledger, name, kind, model, num_iterations, s_rule)
-    step = _make_robust_step(model, num_iterations, s_rule, sample_split, exact_m)
-    return Estimator(name, _init, step, num_iterations,
-                     "disjoint" if sample_split else "full", ledger_fn)
+    ledger_fn = functools.partial(_ledger, name, kind, model, num_iterations, s_rule,
+                                  calibration)
+    step = _make_robust_step(model, num_iterations, s_rule, sample_split, exact_m, calibration)
+    batching = "disjoint" if sample_split else "full"
+    return Estimator(name, _init, step, num_iterations, batching, ledger_fn,
+                     padded=None if exact_m else _padded_robust(model, s_rule, sample_split,
+                                                                 calibration))
 
 
 @functools.lru_cache(maxsize=512)
-def clipped_gem(model: EMModel, num_iterations: int) -> Estimator:
-    """Algorithm 1 (clipped DP gradient EM, spec 002 §2.4), full data every iteration."""
+def _padded_robust(model: EMModel, s_rule: SRule, sample_split: bool,
+                   calibration: str = "gaussian") -> Padded | None:
+    """Algorithm 2 with ``n`` and ``T`` as runtime values (one program for every ``n`` and
+    ``T``): they enter the step only through the count of its data (``s``, the mean) and the
+    number of releases (``rho``)."""
+    if not getattr(model, "supports_mask", False):
+        return None
+    batching = "disjoint" if sample_split else "full"
+    return Padded(f"dp-gem/{model.name}[{s_rule},{batching},{calibration}]", _init,
+                  _make_robust_step(model, None, s_rule, sample_split, False, calibration),
+                  batching)
+
+
+@functools.lru_cache(maxsize=512)
+def clipped_gem(model: EMModel, num_iterations: int, calibration: str = "gaussian"
+                ) -> Estimator:
+    """Algorithm 1 (clipped DP gradient EM, spec 002 §2.4), full data every iteration;
+    ``calibration`` as in :func:`dp_gem`."""
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     name = f"clipped-gem/{model.name}"
-    ledger_fn = functools.partial(_ledger, name, "clipped", model, num_iterations, None)
-    return Estimator(name, _init, _make_clipped_step(model, num_iterations), num_iterations,
-                     "full", ledger_fn)
+    ledger_fn = functools.partial(_ledger, name, "clipped", model, num_iterations, None,
+                                  calibration)
+    return Estimator(name, _init, _make_clipped_step(model, num_iterations, calibration),
+                     num_iterations, "full", ledger_fn)
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,14 +408,17 @@ def _ledger(
     model: EMModel,
     num_iterations: int,
     s_rule: str | None,
+    calibration: str,
     n: int,
     hparams: Any,
     events: tuple[PrivacyEvent, ...],
 ) -> Ledger:
     """The privacy ledger of one run on ``n`` records, composed in zCDP from the run's events
     (``d T`` coordinate releases for Algorithms 2 and 3, ``T`` vector releases for Algorithm 1;
-    with sample splitting the ``d`` releases of the worst batch, the batches being disjoint)
-    and converted to (epsilon, delta) by Bun-Steinke (which inverts ``rho = eps~^2`` exactly)."""
+    with sample splitting the ``d`` releases of the worst batch, the batches being disjoint).
+    ``calibration="paper"``: composed in zCDP and converted to (epsilon, delta) by
+    Bun-Steinke (which inverts ``rho = eps~^2`` exactly); ``"gaussian"`` (default): composed
+    by PLD -- Gaussian releases alone, so the exact Gaussian curve of ``mu = sqrt(2 rho)``."""
     eps = float(np.asarray(hparams.epsilon))
     delta = float(np.asarray(hparams.delta))
     data = f"all {n} records every iteration"
@@ -390,7 +448,17 @@ def _ledger(
         notes.append(f"true/declared sensitivity = {release.sensitivity_ratio:g}")
     notes.extend(model.gradient_notes)
 
+    if calibration != "paper":  # the notes name the paper's eps~^2 split; say what is used
+        notes = [x.replace("eps~^2", "mu^2/2") for x in notes]
+        notes.append("calibration 'gaussian': rho = mu^2/2 for the whole run, mu the analytic "
+                     "Gaussian mechanism's of (epsilon, delta) (the paper's rho = eps~^2 is "
+                     "calibration='paper')")
+
     def build(releases, extra=()):
+        if calibration != "paper":
+            return Ledger.build(name, releases, "pld", variant="corrected",
+                                requested=ApproxDP(eps, delta), delta=delta,
+                                notes=[*notes, *extra])
         return Ledger.build(name, releases, "zcdp", variant="corrected",
                             requested=ApproxDP(eps, delta), delta=delta,
                             conversion="bun-steinke", notes=[*notes, *extra])
@@ -401,10 +469,12 @@ def _ledger(
     # across the disjoint batches the composition is parallel -- the worst batch's guarantee.
     per_batch = [build([Release.from_event(row, statistic, data)])
                  for row in _batch_rows(merged)]
-    worst = max(per_batch, key=lambda led: led.guarantee.rho)
+    worst = max(per_batch, key=lambda led: led.guarantee.rho if isinstance(led.guarantee, ZCDP)
+                else led.approx_dp.epsilon)
+    within = "zCDP" if calibration == "paper" else "PLD"
     return dataclasses.replace(worst, releases=(release,), composition="parallel", notes=(
-        *worst.notes, "sample splitting (spec 002 A10, not in the paper): zCDP composition of "
-        "each batch's d releases, parallel composition across the disjoint batches"))
+        *worst.notes, f"sample splitting (spec 002 A10, not in the paper): {within} composition "
+        "of each batch's d releases, parallel composition across the disjoint batches"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -413,11 +483,13 @@ def _ledger(
 
 
 def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta, on_invalid,
-         secure: bool, options: dict[str, Any]) -> FitResult:
+         secure: bool, options: dict[str, Any], accountant: Any = None) -> FitResult:
     """Validate the shared arguments, build the estimator of ``kind`` and its hyperparameters,
     and fit. ``kind``: ``"gradient"`` (Alg 2), ``"exact_m"`` (Alg 3) or ``"clipped"`` (Alg 1)."""
     key, data, n, num_iterations, eps, dl, beta0 = _checked(
         key, data, model, num_iterations, on_invalid, epsilon, delta, eta, beta0)
+    cal = "gaussian" if options.get("calibration") is None else options["calibration"]
+    _validate.check_choice(cal, "calibration", CALIBRATIONS)
     if kind == "clipped":
         c = _validate.check_truncation(options["clip"], eps, "clip")
         if c.ndim:
@@ -425,19 +497,21 @@ def _fit(kind: str, key, data, model, epsilon, delta, num_iterations, beta0, eta
         if math.isfinite(eps):  # public values only: a refusal never depends on the data
             _validate.check_noise_inputs("clip", float(c), 2.0 * float(c) / n, n * float(c))
         hp: Any = ClippedGEMHyperparams(*_f32(eps, dl, eta, c))
-        return fit(clipped_gem(model, num_iterations), key, data, beta0, hp, n=n, secure=secure)
+        return fit(clipped_gem(model, num_iterations, cal), key, data, beta0, hp, n=n,
+                   secure=secure,
+                   accountant=accountant)
     fields = _robust_fields(eps, options["tau"], options["zeta"], options["s_rule"],
                             options["s"], n)
     if kind == "exact_m":
-        est = dp_exact_em(model, num_iterations, options["s_rule"])
+        est = dp_exact_em(model, num_iterations, options["s_rule"], cal)
         return fit(est, key, data, beta0, DPEMExactHyperparams(*_f32(eps, dl), *fields), n=n,
-                   secure=secure)
+                   secure=secure, accountant=accountant)
     if options["sample_split"] and n < num_iterations:
         raise ValueError(f"sample_split=True needs at least one record per iteration: n = {n} "
                          f"< num_iterations = {num_iterations}")
-    est = dp_gem(model, num_iterations, options["s_rule"], options["sample_split"])
+    est = dp_gem(model, num_iterations, options["s_rule"], options["sample_split"], cal)
     return fit(est, key, data, beta0, DPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n,
-               secure=secure)
+               secure=secure, accountant=accountant)
 
 
 @_validate.host_only
@@ -445,13 +519,17 @@ def fit_dp_gem(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
     num_iterations: int, beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05,
     s_rule: SRule = "sigma_consistent", s: Any = None, sample_split: bool = False,
-    on_invalid: str = "raise", secure: bool = False,
+    on_invalid: str = "raise", secure: bool = False, accountant: Any = None,
+    calibration: str | None = None,
 ) -> FitResult:
     """Fit Algorithm 2 (DP gradient EM, spec 002 §2.5) to one data set.
 
-    Calibration (the only one): the zCDP Gaussian noise of the ``T`` releases is solved for the
-    requested ``(epsilon, delta)`` through the exact conversion, so the ledger delivers the
-    request (1.000 of epsilon = 1 at ``n = 200``, ``T = 2``; so do the three fits below).
+    Calibration (``calibration``, :data:`CALIBRATIONS`): by default (``"gaussian"``) the
+    Gaussian noise of the ``d T`` releases composes to the analytic Gaussian mechanism of the
+    requested ``(epsilon, delta)``, and the ledger (PLD composition: the exact Gaussian curve)
+    delivers the request; ``"paper"`` is the paper's ``rho = eps~^2``, delivered by its own
+    ledger (zCDP, Bun-Steinke) and spent in part by the exact curve. So do the three fits
+    below.
 
     Args:
         key: PRNG key (or int seed) for the noise.
@@ -474,13 +552,16 @@ def fit_dp_gem(
             needs ``n >= num_iterations``.
         on_invalid: as in :func:`dpjax.algorithms.dp_em.fit_ld_dp_em`.
         secure: the floating-point-safe noise path for a real release (see :func:`dpjax.fit`).
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`~dpjax.base.FitResult`; its ledger delivers exactly ``(epsilon, delta)``.
     """
     return _fit("gradient", key, data, model, epsilon, delta, num_iterations, beta0, eta,
                 on_invalid, secure, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s,
-                                         sample_split=sample_split))
+                                         sample_split=sample_split, calibration=calibration),
+                accountant)
 
 
 @_validate.host_only
@@ -488,7 +569,7 @@ def fit_dp_exact_em(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
     num_iterations: int, beta0: Any, tau: Any, zeta: Any = 0.05,
     s_rule: SRule = "sigma_consistent", s: Any = None, on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None, calibration: str | None = None,
 ) -> FitResult:
     """Fit Algorithm 3 (DP exact-M-step EM, spec 002 §2.6; Gaussian mixture only).
 
@@ -498,14 +579,16 @@ def fit_dp_exact_em(
     Its calibration delivers the requested ``(epsilon, delta)``, as :func:`fit_dp_gem`'s.
     """
     return _fit("exact_m", key, data, model, epsilon, delta, num_iterations, beta0, 1.0,
-                on_invalid, secure, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s))
+                on_invalid, secure, dict(tau=tau, zeta=zeta, s_rule=s_rule, s=s,
+                                         calibration=calibration), accountant)
 
 
 @_validate.host_only
 def fit_clipped_gem(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
     num_iterations: int, beta0: Any, eta: Any = 1.0, clip: Any = 1.0,
-    on_invalid: str = "raise", secure: bool = False,
+    on_invalid: str = "raise", secure: bool = False, accountant: Any = None,
+    calibration: str | None = None,
 ) -> FitResult:
     """Fit Algorithm 1 (clipped DP gradient EM, spec 002 §2.4) to one data set.
 
@@ -515,7 +598,7 @@ def fit_clipped_gem(
     ``(epsilon, delta)``, as :func:`fit_dp_gem`'s.
     """
     return _fit("clipped", key, data, model, epsilon, delta, num_iterations, beta0, eta,
-                on_invalid, secure, dict(clip=clip))
+                on_invalid, secure, dict(clip=clip, calibration=calibration), accountant)
 
 
 # --------------------------------------------------------------------------------------------

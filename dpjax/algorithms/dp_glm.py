@@ -93,7 +93,7 @@ from dpjax.accounting import (
     zcdp_for_approx_dp,
 )
 from dpjax.algorithms._boundary import check_model, checked_inputs
-from dpjax.base import Estimator, FitResult, fit
+from dpjax.base import Estimator, FitResult, Padded, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     _analytic_mu_jnp,
@@ -225,22 +225,30 @@ def _no_support() -> jax.Array:
     return jnp.zeros((0,), jnp.int32)
 
 
-def _make_noisy_gd_step(model: GLM, T: int, calibration: Calibration, margin: float):
-    def step(key, state: GLMState, data, hp: GLMHyperparams):
+def _make_noisy_gd_step(model: GLM, T: int | None, calibration: Calibration, margin: float):
+    """Algorithm 1's step; ``T = None``: the padded form's, with ``T`` and ``n`` from the
+    runtime ``sizes`` (:class:`dpjax.base.Padded`)."""
+    def step(key, state: GLMState, data, hp: GLMHyperparams, sizes=None):
         beta = state.beta
-        grad = model.clipped_gradient(beta, data, hp.truncation, "l2")
+        if sizes is None:
+            grad = model.clipped_gradient(beta, data, hp.truncation, "l2")
+            T_run = T
+        else:
+            grad = model.clipped_gradient(beta, data, hp.truncation, "l2", mask=sizes.mask,
+                                          count=sizes.count.astype(beta.dtype))
+            T_run = sizes.num_steps.astype(beta.dtype)
         # beta^t - eta g(beta^t): declared l2 sensitivity eta B sqrt(d) / n, B = margin 2(R + c1)
         # sigma_x; the true one (eta 2 (R + c1) sigma_x sqrt(d) / n) rides along in the event.
         stat = with_sensitivity_margin(grad, margin).scale(-hp.eta).shift(beta)
         if calibration in ("paper", "unsplit"):
-            split = T if calibration == "paper" else 1
+            split = T_run if calibration == "paper" else 1
             # "paper": the printed classic formula where eps/T <= 1 (its proof), the analytic
             # calibration above; "unsplit" reproduces the paper's formula literally
             new, ev = gaussian_mechanism(
                 key, stat, hp.epsilon / split, hp.delta / split, PAPER_LOG_CONSTANT,
                 "classic" if calibration == "unsplit" else "classic-or-analytic")
         else:
-            new, ev = gaussian_mechanism_zcdp(key, stat, hp.rho / T)
+            new, ev = gaussian_mechanism_zcdp(key, stat, hp.rho / T_run)
         return GLMState(new), GLMInfo(ev.scale.astype(beta.dtype), _no_support(), (ev,))
 
     return step
@@ -334,8 +342,19 @@ def _build_noisy_gd(model: GLM, T: int, calibration: Calibration, b: float) -> E
     return Estimator(
         name, _init, _make_noisy_gd_step(model, T, calibration, b / 2.0), T, "full",
         functools.partial(_ledger_alg1, name, model, T, calibration, b),
-        functools.partial(_check, model, b, 1),
+        functools.partial(_check, model, b, 1), _padded_noisy_gd(model, calibration, b),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _padded_noisy_gd(model: GLM, calibration: Calibration, b: float) -> Padded | None:
+    """Algorithm 1 with ``n`` and ``T`` as runtime values (one program for every ``n`` and
+    ``T``): the step's only uses of them are the gradient's count and the per-step split of
+    the budget."""
+    if not getattr(model, "supports_mask", False):
+        return None
+    return Padded(f"alg1-noisy-gd[{calibration}]/{model.name}", _init,
+                  _make_noisy_gd_step(model, None, calibration, b / 2.0), "full")
 
 
 def noisy_iht(
@@ -581,7 +600,7 @@ def fit_dp_glm(
     calibration: Calibration | None = None,
     b_constant: float | None = None,
     on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
 ) -> FitResult:
     """Fit Algorithm 1 (low-dimensional DP GLM by noisy gradient descent) to one data set.
 
@@ -612,6 +631,8 @@ def fit_dp_glm(
             the privacy page's "Bad records on real data").
         secure: the floating-point-safe noise path for a real release (see
             :func:`dpjax.fit`).
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`FitResult`; its ledger gives the guarantee delivered under replace-one
@@ -629,7 +650,8 @@ def fit_dp_glm(
     # the l2 design ball lets a coordinate reach sigma_x sqrt(d): the estimator's own check
     # (run by fit) cannot see d
     _check(model, b, model.dim(data), n, hp, jnp.result_type(*jax.tree_util.tree_leaves(data)))
-    return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n, secure=secure)
+    return fit(noisy_gd(model, T, calibration, b), key, data, beta0, hp, n=n, secure=secure,
+               accountant=accountant)
 
 
 @_validate.host_only
@@ -637,6 +659,7 @@ def fit_sparse_dp_glm(
     key: Any, data: Any, model: GLM, *, epsilon: Any, delta: Any = None, s: int,
     num_iterations: int, eta: Any = 1.0, truncation: Any = None, beta0: Any = None,
     b_constant: float = B_CONSTANT, on_invalid: str = "raise", secure: bool = False,
+    accountant: Any = None,
     calibration: str = "tight",
 ) -> FitResult:
     """Fit Algorithm 5 (sparse DP GLM by noisy IHT with peeling) to one data set.
@@ -658,7 +681,7 @@ def fit_sparse_dp_glm(
         truncation=truncation, beta0=beta0, b_constant=b_constant, on_invalid=on_invalid)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration="paper")
     return fit(noisy_iht(model, s, T, b, calibration=calibration), key, data, beta0, hp, n=n,
-               secure=secure)
+               secure=secure, accountant=accountant)
 
 
 # --------------------------------------------------------------------------------------------

@@ -440,7 +440,7 @@ def _num_records(data: iv.IVData) -> int:
 def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: Any, alpha: Any,
          num_iterations: int, gamma1: Any = None, gamma2: Any = None, calibration: str = "paper",
          delta: Any = None, theta0: Any = None, beta0: Any = None, tau: float = 5.0,
-         on_invalid: str = "raise", secure: bool = False) -> FitResult:
+         on_invalid: str = "raise", secure: bool = False, accountant: Any = None) -> FitResult:
     _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     r1 = _validate.check_scalar(_validate.check_rho(rho1, "rho1"), "rho1")
     r2 = _validate.check_scalar(_validate.check_rho(rho2, "rho2"), "rho2")
@@ -483,7 +483,8 @@ def _fit(variant: Variant, key: Any, data: Any, *, rho1: Any, rho2: Any, eta: An
         "the iterates are not finite; the step sizes are too large for this data "
         "(2S-GD needs eta < 2/lambda_max(Z^T Z/n) and alpha < 2/lambda_max(H))")
     try:
-        res = fit(estimator, key, data, state0, hp, n=n, record=_record, secure=secure)
+        res = fit(estimator, key, data, state0, hp, n=n, record=_record, secure=secure,
+                  accountant=accountant)
     except FloatingPointError:
         raise diverged from None
     if not np.isfinite(res.state.theta).all():
@@ -509,7 +510,7 @@ def fit_dp_2s_gd(
     beta0: Any = None,
     tau: float = 5.0,
     on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
 ) -> FitResult:
     """Fit DP-2S-GD (Algorithm 1) to one IV data set.
 
@@ -536,6 +537,8 @@ def fit_dp_2s_gd(
             the privacy page's "Bad records on real data").
         secure: the floating-point-safe noise path for a real release (see
             :func:`dpjax.fit`).
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`FitResult` with ``beta^(T)``, the iterates and the ledger: rho-zCDP under
@@ -545,7 +548,7 @@ def fit_dp_2s_gd(
     return _fit("dp", key, data, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha,
                 num_iterations=num_iterations, gamma1=gamma1, gamma2=gamma2,
                 calibration=calibration, delta=delta, theta0=theta0, beta0=beta0, tau=tau,
-                on_invalid=on_invalid, secure=secure)
+                on_invalid=on_invalid, secure=secure, accountant=accountant)
 
 
 @_validate.host_only
@@ -553,7 +556,7 @@ def fit_dp_2s_gd_beta_only(
     key: Any, data: Any, *, rho2: Any, delta: Any = None, eta: Any, alpha: Any,
     num_iterations: int, gamma2: Any = None, calibration: Calibration = "paper",
     theta0: Any = None, beta0: Any = None, tau: float = 5.0, on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
 ) -> FitResult:
     """The paper's Algorithm 3, for reproduction only: **not DP as claimed** (its ledger gives
     the beta releases their true sensitivity ``2 gamma2`` and a vacuous guarantee, and the
@@ -562,7 +565,7 @@ def fit_dp_2s_gd_beta_only(
     return _fit("beta-only", key, data, rho1=math.inf, rho2=rho2, eta=eta, alpha=alpha,
                 num_iterations=num_iterations, gamma2=gamma2, calibration=calibration,
                 delta=delta, theta0=theta0, beta0=beta0, tau=tau, on_invalid=on_invalid,
-                secure=secure)
+                secure=secure, accountant=accountant)
 
 
 @_validate.host_only

@@ -260,6 +260,7 @@ def fit_ldp_gem(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
     num_iterations: int, beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05,
     s_rule: LDPSRule = "ldp", s: Any = None, on_invalid: str = "raise", secure: bool = False,
+    accountant: Any = None,
 ) -> FitResult:
     """Fit the local-DP gradient EM (:func:`ldp_gem`; ours, not in the paper) to one data set
     of ``n`` users, one record each.
@@ -284,7 +285,7 @@ def fit_ldp_gem(
                             "sigma_consistent", s, max(groups), local=True)
     est = ldp_gem(model, num_iterations, s_rule)
     return fit(est, key, data, beta0, LDPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n,
-               secure=secure)
+               secure=secure, accountant=accountant)
 
 
 # --------------------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ __all__ = [
     "IHTInfo",
     "IHTState",
     "IndefiniteCovarianceError",
+    "InfeasibleCovarianceError",
     "NLDPHyperparams",
     "NLDPInfo",
     "NLDPState",
@@ -104,6 +105,7 @@ __all__ = [
     "ldp_iht",
     "nldp",
     "nldp_hparams",
+    "nldp_feasibility",
     "nldp_noise_stds",
     "nldp_public",
     "ols",
@@ -252,13 +254,27 @@ def _check_nldp_hparams(n: int, d: int, epsilon: float, delta: float) -> None:
 
 
 def nldp_hparams(n: int, d: int, epsilon: float, delta: float, *, sigma: float = 1.0,
-                 c_r: float = 4.0, c_tau: float = math.sqrt(2.0), c_lam: float = 1.0,
+                 c_r: float | None = None, c_tau: float = math.sqrt(2.0), c_lam: float = 1.0,
                  lam_rule: Literal["theory", "noise"] = "theory",
                  cov: Literal["paper", "exact"] = "paper",
                  calibration: str = "analytic") -> NLDPHyperparams:
     r"""Theorem 3's parameters with explicit constants (spec §2.1 defaults).
 
-    ``tau1 = tau2 = c_tau sigma sqrt(log n)``, ``r = c_r sigma sqrt(d log n)``, and
+    ``tau1 = tau2 = c_tau sigma sqrt(log n)``; ``r = sigma sqrt(d)`` by default, or Theorem 3's
+    form ``r = c_r sigma sqrt(d log n)`` when ``c_r`` is given; and
+
+    **Why ``r = sigma sqrt(d)`` by default.** ``r`` clips ``x`` for the covariance report, whose
+    noise (entry sd ``sigma_1 ∝ r^2``) decides whether the noisy covariance is invertible
+    (spec §4.2). Its smallest eigenvalue is at most ``r^2 / d`` whatever the data (each
+    ``||x~|| <= r``) and at most ``lambda_min(Sigma) <= sigma^2`` under Assumption 2, while the
+    noise's spectral reach is about ``2 sqrt(d) sigma_1 / sqrt(n)``. A radius beyond the
+    root-mean-square norm ``sqrt(E||x||^2) <= sigma sqrt(d)`` therefore adds noise (as
+    ``r^2``) and no signal; below it, typical users are clipped (bias). Theorem 3 takes ``r =
+    O(sigma sqrt(d log n))`` so that no user is clipped (Lemma 12 with failure probability
+    ``1/n``: ``c_r = 4``, the previous default): that multiplies ``sigma_1`` by ``16 log n``
+    (184 at ``n = 1e5``) and moves the invertible regime to ``n ~ 1e10`` users at ``d = 5``,
+    where the fit was indefinite at every size tried. The reproductions pass their own
+    ``c_r = 0.3`` (``r ≈ sigma sqrt(d)`` for ``n`` of 1e5 to 1e7).
 
     * ``lam_rule="theory"``: ``lambda = c_lam d log n sqrt(log d log(1/delta)) / (sqrt(n) eps)``
       (``log d`` read as ``max(log d, 1)`` so that ``d <= 2`` is allowed);
@@ -271,21 +287,22 @@ def nldp_hparams(n: int, d: int, epsilon: float, delta: float, *, sigma: float =
         epsilon, delta: each user's budget, ``epsilon > 0`` (inf: ``lambda = 0``), ``delta``
             in ``(0, 1)``.
         sigma: the sub-Gaussian scale of ``x`` and ``y`` (Assumption 2).
-        c_r, c_tau, c_lam: the multipliers (``> 0``; ``c_lam >= 0``).
+        c_r, c_tau, c_lam: the multipliers (``> 0``; ``c_lam >= 0``); ``c_r=None``
+            (default): ``r = sigma sqrt(d)``, see above.
         lam_rule: see above.
         cov: the covariance range of :func:`cov_range` (for the ``"noise"`` rule).
         calibration: the Gaussian calibration of :func:`nldp_noise_stds` (for the ``"noise"``
             rule; pass the estimator's).
     """
     _check_nldp_hparams(n, d, epsilon, delta)
-    for name, v in (("c_r", c_r), ("c_tau", c_tau), ("sigma", sigma)):
+    for name, v in (("c_r", 1.0 if c_r is None else c_r), ("c_tau", c_tau), ("sigma", sigma)):
         if not v > 0:
             raise ValueError(f"{name} must be > 0; got {v!r}")
     if not c_lam >= 0:
         raise ValueError(f"c_lam must be >= 0; got {c_lam!r}")
     log_n = math.log(n)
     tau = c_tau * sigma * math.sqrt(log_n)
-    r = c_r * sigma * math.sqrt(d * log_n)
+    r = sigma * math.sqrt(d) if c_r is None else c_r * sigma * math.sqrt(d * log_n)
     if math.isinf(epsilon):
         lam = 0.0
     elif lam_rule == "theory":
@@ -300,12 +317,14 @@ def nldp_hparams(n: int, d: int, epsilon: float, delta: float, *, sigma: float =
 
 
 def heavy_tailed_hparams(n: int, d: int, epsilon: float, delta: float, p: float, *,
-                         sigma: float = 1.0, c_r: float = 4.0, c_tau: float = math.sqrt(2.0),
+                         sigma: float = 1.0, c_r: float | None = None,
+                         c_tau: float = math.sqrt(2.0),
                          c_tau2: float = 1.0, c_lam: float = 1.0) -> NLDPHyperparams:
     r"""Theorem 5's parameters (heavy-tailed responses, ``E|y|^{2p} <= M``, spec §2.2 [R?]):
     ``tau1 = c_tau sigma sqrt(log n)``, ``tau2 = c_tau2 (n eps^2 / log d)^{1/(2p)}``,
-    ``r = c_r sigma sqrt(d log n)``, ``lambda = c_lam d log n sqrt(log(1/delta))
-    (log d / (n eps^2))^{(p-1)/(2p)}`` (``log d`` read as ``max(log d, 1)``)."""
+    ``r`` as :func:`nldp_hparams` (``sigma sqrt(d)``, or ``c_r sigma sqrt(d log n)``),
+    ``lambda = c_lam d log n sqrt(log(1/delta)) (log d / (n eps^2))^{(p-1)/(2p)}`` (``log d``
+    read as ``max(log d, 1)``)."""
     _check_nldp_hparams(n, d, epsilon, delta)
     if not p > 1:
         raise ValueError(f"p must be > 1 (E|y|^(2p) finite); got {p!r}")
@@ -457,6 +476,49 @@ class IndefiniteCovarianceError(FloatingPointError):
     spec §4.2 feasibility: ``n >~ 512 d r^4 log(2.5/delta) / eps^2``)."""
 
 
+class InfeasibleCovarianceError(IndefiniteCovarianceError, ValueError):
+    """Raised by :func:`fit_nldp` before any user reports: on public values alone, the noisy
+    covariance would be indefinite with probability at least 0.98 whatever the data
+    (:func:`nldp_feasibility`)."""
+
+
+def _edge_quantile(d: int) -> float:
+    """``q_d = 2 sqrt(d) - 4 d^(-1/6)``: ``P(lambda_max(W) < q_d) <= 0.023`` for the ``d x d``
+    symmetric ``W`` with i.i.d. standard normal upper triangle (the noise of the covariance
+    report, diagonal included, in units of its entry sd). Semicircle edge ``2 sqrt(d)`` minus
+    4 Tracy-Widom widths ``d^(-1/6)``; by simulation 1.3% to 2.3% for d = 1 to 200
+    (``tests/test_ldp_sparse.py`` checks d = 1 to 60)."""
+    return 2.0 * math.sqrt(d) - 4.0 * d ** (-1.0 / 6.0)
+
+
+def nldp_feasibility(n: int, d: int, r: float, epsilon: float, delta: float, *,
+                     cov: Literal["paper", "exact"] = "paper",
+                     calibration: str = "analytic") -> tuple[bool, float]:
+    r"""Whether Algorithm 1's noisy covariance can be positive definite, on public values.
+
+    The server's covariance is ``C + N``: ``C = (1/n) sum x~_i x~_i^T`` (each ``||x~_i|| <=
+    r``, so ``lambda_min(C) <= tr(C)/d <= r^2/d`` for every data set) and ``N`` symmetric with
+    i.i.d. ``N(0, s^2)`` upper triangle, ``s = sigma_1 / sqrt(n)`` (:func:`nldp_noise_stds`).
+    For the most favourable ``C`` of that trace, ``(r^2/d) I``, ``C + N`` is positive definite
+    iff ``lambda_max(-N) < r^2/d``; when ``r^2/d < q_d s`` (:func:`_edge_quantile`) that has
+    probability below about 0.02. Both sides scale as ``r^2``: **no radius helps**; the
+    condition is ``sqrt(n) >= q_d d sigma_1 / r^2``, i.e. ``n`` large enough for ``epsilon``,
+    ``delta`` and ``d``.
+
+    Returns:
+        ``(feasible, n_min)``: ``n_min = (q_d d sigma_1 / r^2)^2`` at this ``delta``
+        (``feasible`` iff ``n >= n_min``; ``epsilon = inf``: always).
+    """
+    if math.isinf(epsilon) or d < 1:
+        return True, 0.0
+    q = _edge_quantile(d)
+    if q <= 0:  # d <= 2: r^2/d > 0 > q_d s, never refused
+        return True, 0.0
+    s1, _ = nldp_noise_stds(d, r, 1.0, 1.0, epsilon, delta, cov, calibration)
+    n_min = (q * d * s1 / (r * r)) ** 2
+    return n >= n_min, n_min
+
+
 def _xy(data: Any, on_invalid: str) -> tuple[jax.Array, jax.Array]:
     if not (isinstance(data, (tuple, list)) and len(data) == 2):
         raise TypeError(f"data must be a pair (x (n, d), y (n,)); got {type(data).__name__}")
@@ -486,7 +548,7 @@ def fit_nldp(
     cov: Literal["paper", "exact"] = "paper",
     calibration: str = "analytic",
     on_invalid: str = "raise",
-    secure: bool = False,
+    secure: bool = False, accountant: Any = None,
 ) -> FitResult:
     """Fit Algorithm 1 (NLDP, spec 001 §2.1) once to ``n`` users, one record each.
 
@@ -503,8 +565,9 @@ def fit_nldp(
         delta: each user's delta in (0, 1); default ``1/(2n)`` (the one delta policy of every
             ``fit_*``).
         r, tau1, tau2, lam: the clipping radius of ``x``, the shrinkage levels of ``x`` and
-            ``y`` and the soft threshold; each defaults to Theorem 3's rule
-            (:func:`nldp_hparams` with its default constants and ``sigma``). A tuned set, e.g.
+            ``y`` and the soft threshold; each defaults to :func:`nldp_hparams` with its
+            default constants and ``sigma`` (``r = sigma sqrt(d)``, Theorem 3's
+            ``tau`` and ``lambda``). A tuned set, e.g.
             ``nldp_hparams(...)`` or ``heavy_tailed_hparams(...)``, is passed as
             ``fit_nldp(key, (x, y), **hp._asdict())``.
         sigma: the sub-Gaussian scale of the default rules.
@@ -515,12 +578,19 @@ def fit_nldp(
             every user's two reports are its statistics rounded to a public grid plus exact
             discrete Gaussian noise (drawn per user, whatever ``per_user`` says), calibrated so
             that the secure ledger (zCDP per user, converted by CKS) delivers each user's
-            (epsilon, delta); the users' reports then run eagerly, slower than the default.
+            (epsilon, delta); the users' reports then run eagerly, their noise drawn by
+            :func:`dpjax.discrete_noise.discrete_gaussian_batch` (a few dozen times the
+            default's time at n = 1e4 to 1e5: ``benchmarks/README.md``).
+        accountant: a :class:`dpjax.Accountant` this fit spends from (see :func:`dpjax.fit`):
+            refused before anything runs if it would exceed the total.
 
     Returns:
         :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) is each user's
         guarantee. Raises :class:`IndefiniteCovarianceError` instead of returning an estimate
-        from an indefinite noisy covariance.
+        from an indefinite noisy covariance, and :class:`InfeasibleCovarianceError` (a
+        subclass, also a ``ValueError``) before anything runs where public values alone put
+        that at probability 0.98 or more whatever the data (:func:`nldp_feasibility`: ``n``
+        too small for ``epsilon`` at this ``d``; no radius helps).
     """
     key, (x, y), n, num_chunks, eps, dl = checked_inputs(
         key, data, _xy, _num_users, on_invalid=on_invalid, num_iterations=num_chunks,
@@ -538,8 +608,18 @@ def fit_nldp(
     hp = NLDPHyperparams(*(np.float32(v) for v in (eps, dl, given["r"], given["tau1"],
                                                    given["tau2"], lam)))
     est = nldp(num_chunks, per_user=per_user, cov=cov, calibration=calibration)
+    est.check(n, hp, x.dtype)  # the public range checks first, as fit would
+    n_used = num_chunks * (n // num_chunks)
+    feasible, n_min = nldp_feasibility(n_used, d, float(hp.r), float(hp.epsilon),
+                                       float(hp.delta), cov=cov, calibration=calibration)
+    if not feasible:
+        raise InfeasibleCovarianceError(
+            f"fit_nldp: n = {n_used} users are too few for epsilon = {float(hp.epsilon):g} at "
+            f"d = {d}: the covariance report's noise would leave the noisy covariance "
+            f"indefinite with probability >= 0.98 for any data and any radius r; raise n to "
+            f">= {n_min:.3g} (or epsilon; or lower d; cov='exact' needs half the n)")
     res = fit(est, key, (x, y), jnp.zeros(d, x.dtype), hp, record=_record_min_eig,
-              secure=secure)
+              secure=secure, accountant=accountant)
     min_eig = float(res.state.min_eig)
     if not min_eig > 0:
         need = 512 * d * float(hp.r) ** 4 * math.log(2.5 / float(hp.delta)) / float(
@@ -548,7 +628,8 @@ def fit_nldp(
             f"the noisy covariance is indefinite (lambda_min = {min_eig:.4g}): n = "
             f"{n} is too small for epsilon = {float(hp.epsilon):g}, r = "
             f"{float(hp.r):.4g}; spec 001 §4.2 puts the invertible regime at n >~ "
-            f"512 d r^4 log(2.5/delta)/eps^2 = {need:.3g}")
+            f"512 d r^4 log(2.5/delta)/eps^2 = {need:.3g}; a radius r above sigma sqrt(d) "
+            f"(the default) adds noise and no signal")
     return res
 
 

@@ -237,7 +237,8 @@ def bounded_mean_from_sum(total: jax.Array, n: int, diameter: Any, norm: Norm) -
     them (e.g. ``w @ clip(y)`` as one matrix-vector product).
 
     ``diameter`` bounds the change of one record's term exactly as in :func:`bounded_sum`; the
-    caller is responsible for ``total`` being that sum over ``n`` records (``n`` a shape).
+    caller is responsible for ``total`` being that sum over ``n`` records (``n`` a shape, or a
+    public runtime count: the padded programs of :class:`dpjax.base.Padded`).
     """
     return BoundedStatistic(total, jnp.asarray(diameter), norm, "replace-one").scale(1.0 / n)
 

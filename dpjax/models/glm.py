@@ -291,7 +291,7 @@ class GLM:
             return fn(decode(x), y)
         nb, rem = divmod(n, bs)
         xb = x[: nb * bs].reshape((nb, bs) + x.shape[1:])
-        yb = y[: nb * bs].reshape((nb, bs))
+        yb = y[: nb * bs].reshape((nb, bs) + y.shape[1:])
         if stack:
             out = jax.lax.map(lambda a: fn(decode(a[0]), a[1]), (xb, yb))
             out = out.reshape((nb * bs,) + out.shape[2:])
@@ -335,7 +335,7 @@ class GLM:
 
     def clipped_gradient(
         self, beta: jax.Array, data: GLMData, truncation: Any, norm: DesignNorm,
-        support: jax.Array | None = None,
+        support: jax.Array | None = None, mask: jax.Array | None = None, count: Any = None,
     ) -> BoundedStatistic:
         r"""The clipped gradient ``g(beta)`` with its replace-one sensitivity.
 
@@ -354,8 +354,28 @@ class GLM:
                 read only those ``k`` columns of the design, not all ``d`` (the same sum,
                 without its zero terms). Not with ``norm="l2"`` on a float design, whose
                 projection of a record needs every coordinate.
+            mask: optional ``(m,)`` bool: only these rows are records; the others (padding)
+                contribute nothing, whatever they hold. ``count`` is then the public number of
+                records ``n`` (a runtime value: :class:`dpjax.base.Padded`).
         """
         n, d = data.x.shape
+        y_in = data.y
+        if mask is not None:
+            n = count
+            # the mask rides with y through the row blocks: a record's term is kept or zeroed
+            y_in = jnp.stack([data.y.astype(beta.dtype), mask.astype(beta.dtype)], axis=-1)
+
+        def unmask(x, y):  # (design rows, y, keep) of a block; keep is None without a mask
+            if mask is None:
+                return x, y, None
+            keep = y[:, 1] > 0
+            return x, y[:, 0], keep
+
+        def masked(resid, xt, keep):
+            if keep is None:
+                return resid @ xt
+            zero = jnp.zeros((), xt.dtype)
+            return jnp.where(keep, resid, zero) @ jnp.where(keep[:, None], xt, zero)
         R = jnp.asarray(truncation, beta.dtype)
         U = self.predictor_bound
         # 8-bit codes decode inside the box [-255/256, 255/256]^d (and so inside the l2 ball):
@@ -367,12 +387,15 @@ class GLM:
         b = beta * scale
 
         def part(x, y):
+            x, y, keep = unmask(x, y)
             xt = x if in_bound else self.clip_design(x, norm)
+            if keep is not None:
+                xt = jnp.where(keep[:, None], xt, jnp.zeros((), xt.dtype))
             u = sanitize(xt @ b)  # a huge public iterate can overflow the predictor
             if math.isfinite(U):
                 u = clip_linf(u, U)
             resid = self.mean(u) - clip_linf(y, R)
-            return resid @ xt
+            return masked(resid, xt, keep)
 
         decode = _centred_codes if in_bound else decode_design
         if support is not None:
@@ -382,18 +405,21 @@ class GLM:
             b_support = jnp.take(b, support)
 
             def part_sparse(codes, y):  # the codes of the support only, decoded and clipped
+                codes, y, keep = unmask(codes, y)
                 xs = decode(jnp.take(codes, support, axis=1))
                 xs = xs if in_bound else self.clip_design(xs, norm)
+                if keep is not None:
+                    xs = jnp.where(keep[:, None], xs, jnp.zeros((), xs.dtype))
                 u = sanitize(xs @ b_support)
                 if math.isfinite(U):
                     u = clip_linf(u, U)
                 xt = decode(codes)
                 xt = xt if in_bound else self.clip_design(xt, norm)
-                return (self.mean(u) - clip_linf(y, R)) @ xt
+                return masked(self.mean(u) - clip_linf(y, R), xt, keep)
 
-            value = self._rowwise(part_sparse, data.x, data.y, decode=_raw) * scale / n
+            value = self._rowwise(part_sparse, data.x, y_in, decode=_raw) * scale / n
         else:
-            value = self._rowwise(part, data.x, data.y, decode=decode) * scale / n
+            value = self._rowwise(part, data.x, y_in, decode=decode) * scale / n
         radius = self.sigma_x * (math.sqrt(d) if norm == "l2" else 1.0)
         sens = 2.0 * self.residual_bound(R) * radius / n
         return BoundedStatistic(value, sens, norm, "replace-one")
@@ -415,6 +441,9 @@ class GLM:
             return jnp.sum(self.psi(u) - y * u)
 
         return self._rowwise(part, data.x, data.y) / n
+
+    #: ``clipped_gradient`` takes a row mask and a runtime count (padded programs)
+    supports_mask = True
 
     # -- facts for ledgers and validation ------------------------------------------------------
 

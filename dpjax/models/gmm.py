@@ -77,16 +77,28 @@ class GaussianMixture:
         # finite value, the weight stays in [-1, 1] (tanh(+-inf) = +-1), as the bound needs.
         return jnp.tanh(scale * sanitize(data.y @ beta) / self.sigma**2)
 
-    def gradient(self, beta: jax.Array, data: GMMData) -> jax.Array:
-        """Non-private ``grad Q_n(beta; beta)`` on ``data`` (no truncation)."""
-        n = data.y.shape[0]
-        return (self.posterior_sign(beta, data) @ data.y) / n - beta
+    def gradient(self, beta: jax.Array, data: GMMData, mask: jax.Array | None = None,
+                 count: Any = None) -> jax.Array:
+        """Non-private ``grad Q_n(beta; beta)`` on ``data`` (no truncation); with ``mask``, on
+        its rows only, ``count`` of them (see :meth:`truncated_gradient`)."""
+        if mask is None:
+            n = data.y.shape[0]
+            return (self.posterior_sign(beta, data) @ data.y) / n - beta
+        y = jnp.where(mask[:, None], data.y, jnp.zeros_like(data.y))
+        w = jnp.where(mask, self.posterior_sign(beta, GMMData(y)), jnp.zeros((), y.dtype))
+        return (w @ y) / count - beta
 
-    def per_sample_gradients(self, beta: jax.Array, data: GMMData) -> jax.Array:
+    def per_sample_gradients(self, beta: jax.Array, data: GMMData,
+                             mask: jax.Array | None = None) -> jax.Array:
         """``grad q_i(beta; beta) = (2 w_beta(y_i) - 1) y_i - beta`` for every record, ``(n, d)``
-        (spec 002 eq. 23, with the exact weight by default); their mean is :meth:`gradient`."""
-        w = self.posterior_sign(beta, data)
-        return w[:, None] * data.y - beta[None, :]
+        (spec 002 eq. 23, with the exact weight by default); their mean is :meth:`gradient`.
+        With ``mask``, the rows outside it are zero (padding, whatever it holds)."""
+        if mask is None:
+            w = self.posterior_sign(beta, data)
+            return w[:, None] * data.y - beta[None, :]
+        y = jnp.where(mask[:, None], data.y, jnp.zeros_like(data.y))
+        w = self.posterior_sign(beta, GMMData(y))
+        return jnp.where(mask[:, None], w[:, None] * y - beta[None, :], jnp.zeros((), y.dtype))
 
     def m_step_terms(self, beta: jax.Array, data: GMMData) -> jax.Array:
         """``f_i(beta) = (2 w_beta(y_i) - 1) y_i`` for every record, ``(n, d)``: the exact
@@ -94,17 +106,30 @@ class GaussianMixture:
         return self.posterior_sign(beta, data)[:, None] * data.y
 
     def truncated_gradient(
-        self, beta: jax.Array, data: GMMData, truncation: Any
+        self, beta: jax.Array, data: GMMData, truncation: Any,
+        mask: jax.Array | None = None, count: Any = None,
     ) -> BoundedStatistic:
-        """``f_T(grad Q)`` with its l-infinity replace-one sensitivity ``2 T / n0``."""
-        w = self.posterior_sign(beta, data)
+        """``f_T(grad Q)`` with its l-infinity replace-one sensitivity ``2 T / n0``.
+
+        With ``mask`` (``(m,)`` bool) only the masked rows are records (the others, padding,
+        contribute nothing whatever they hold) and ``count`` is their public number ``n0``
+        (a runtime value: :class:`dpjax.base.Padded`)."""
+        y = data.y
+        if mask is not None:
+            y = jnp.where(mask[:, None], y, jnp.zeros_like(y))
+        w = self.posterior_sign(beta, GMMData(y))
+        if mask is not None:
+            w = jnp.where(mask, w, jnp.zeros_like(w))
         # The record terms (2w_i - 1) Pi_T(y_i) lie in [-T, T]^d (|2w - 1| <= 1, |Pi_T(y)_j| <= T),
         # so one record moves their sum by at most 2T per coordinate. The sum is one
         # matrix-vector product rather than an (n, d) array of terms.
-        total = w @ clip_linf(data.y, truncation)
+        total = w @ clip_linf(y, truncation)
         return bounded_mean_from_sum(
-            total, data.y.shape[0], 2.0 * jnp.asarray(truncation), "linf"
+            total, y.shape[0] if count is None else count, 2.0 * jnp.asarray(truncation), "linf"
         ).shift(-beta)
+
+    #: ``truncated_gradient`` takes a row mask and a runtime count (padded programs)
+    supports_mask = True
 
     # -- facts for ledgers and validation ------------------------------------------------------
 

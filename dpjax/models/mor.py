@@ -142,23 +142,40 @@ class MixtureOfRegressions:
         sign = self.posterior_sign(beta, data)
         return sign if self.gradient_form == "corrected" else 1.0 + sign  # 2w - 1 or 2w
 
-    def gradient(self, beta: jax.Array, data: MoRData) -> jax.Array:
-        """Non-private ``grad Q_n(beta; beta)`` on ``data`` (no truncation)."""
-        n = data.y.shape[0]
+    @staticmethod
+    def _masked(data: MoRData, mask: jax.Array | None) -> MoRData:
+        """``data`` with the rows outside ``mask`` (padding) replaced by the zero record, whose
+        term is exactly zero in every statistic below (``x = 0``, ``y = 0``)."""
+        if mask is None:
+            return data
+        zero = jnp.zeros((), data.x.dtype)
+        return MoRData(jnp.where(mask[:, None], data.x, zero), jnp.where(mask, data.y, zero))
+
+    def gradient(self, beta: jax.Array, data: MoRData, mask: jax.Array | None = None,
+                 count: Any = None) -> jax.Array:
+        """Non-private ``grad Q_n(beta; beta)`` on ``data`` (no truncation); with ``mask``, on
+        its ``count`` rows only (padded programs: :class:`dpjax.base.Padded`)."""
+        data = self._masked(data, mask)
+        n = data.y.shape[0] if mask is None else count
         c = self._coefficient(beta, data)
         return ((c * data.y) @ data.x - (data.x @ beta) @ data.x) / n
 
-    def per_sample_gradients(self, beta: jax.Array, data: MoRData) -> jax.Array:
+    def per_sample_gradients(self, beta: jax.Array, data: MoRData,
+                             mask: jax.Array | None = None) -> jax.Array:
         """``grad q_i(beta; beta) = ((2 w - 1) y_i - <x_i, beta>) x_i`` for every record,
         ``(n, d)`` (spec 002 eq. 24; ``2 w`` for ``gradient_form="paper"``); their mean is
-        :meth:`gradient`."""
+        :meth:`gradient`. Rows outside ``mask`` are zero."""
+        data = self._masked(data, mask)
         c = self._coefficient(beta, data)
         return (c * data.y - data.x @ beta)[:, None] * data.x
 
     def truncated_gradient(
-        self, beta: jax.Array, data: MoRData, truncation: Any
+        self, beta: jax.Array, data: MoRData, truncation: Any,
+        mask: jax.Array | None = None, count: Any = None,
     ) -> BoundedStatistic:
-        """``f_T(grad Q)`` with its declared l-infinity replace-one sensitivity ``4 T^2 / n0``."""
+        """``f_T(grad Q)`` with its declared l-infinity replace-one sensitivity ``4 T^2 / n0``;
+        with ``mask``, on its rows only, ``n0 = count`` (see :meth:`gradient`)."""
+        data = self._masked(data, mask)
         c = self._coefficient(beta, data)
         x_t = clip_linf(data.x, truncation)
         y_t = clip_linf(data.y, truncation)
@@ -167,7 +184,11 @@ class MixtureOfRegressions:
         # Each record's term x_t * (c y_t - u_t) lies in [-2T^2, 2T^2]^d (module docstring), so
         # the diameter is 4 T^2; their sum is one matrix-vector product.
         total = (c * y_t - u_t) @ x_t
-        return bounded_mean_from_sum(total, data.x.shape[0], 4.0 * t2, "linf")
+        return bounded_mean_from_sum(total, data.x.shape[0] if mask is None else count,
+                                     4.0 * t2, "linf")
+
+    #: the statistics take a row mask and a runtime count (padded programs)
+    supports_mask = True
 
     # -- facts for ledgers and validation ------------------------------------------------------
 

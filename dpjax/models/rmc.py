@@ -194,16 +194,32 @@ class RegressionMissingCovariates:
         c = sanitize(sanitize(sanitize(data.y) - a) / (self.sigma**2 + b))
         return obs, miss, a, b, c
 
-    def gradient(self, beta: jax.Array, data: RMCData) -> jax.Array:
-        """Non-private ``grad Q_n(beta; beta) = (1/n) sum [y m - K beta]`` (no truncation)."""
-        return jnp.sum(self.per_sample_gradients(beta, data), axis=0) / data.y.shape[0]
+    @staticmethod
+    def _masked(data: RMCData, mask: jax.Array | None) -> RMCData:
+        """``data`` with the rows outside ``mask`` (padding) replaced by the zero record, fully
+        observed (``x = 0``, ``z = 1``, ``y = 0``), whose term is exactly zero in every
+        statistic below (``m = 0``, ``K beta = 0``)."""
+        if mask is None:
+            return data
+        zero, one = jnp.zeros((), data.x.dtype), jnp.ones((), data.z.dtype)
+        return RMCData(jnp.where(mask[:, None], data.x, zero),
+                       jnp.where(mask[:, None], data.z, one), jnp.where(mask, data.y, zero))
 
-    def per_sample_gradients(self, beta: jax.Array, data: RMCData) -> jax.Array:
+    def gradient(self, beta: jax.Array, data: RMCData, mask: jax.Array | None = None,
+                 count: Any = None) -> jax.Array:
+        """Non-private ``grad Q_n(beta; beta) = (1/n) sum [y m - K beta]`` (no truncation);
+        with ``mask``, on its ``count`` rows only (:class:`dpjax.base.Padded`)."""
+        n = data.y.shape[0] if mask is None else count
+        return jnp.sum(self.per_sample_gradients(beta, data, mask), axis=0) / n
+
+    def per_sample_gradients(self, beta: jax.Array, data: RMCData,
+                             mask: jax.Array | None = None) -> jax.Array:
         """``grad q_i(beta; beta) = y_i m_i - K_i beta`` for every record, ``(n, d)`` (spec 002
         eqs. 25-27, computed without forming ``K``; the printed ``K`` or, with
         ``second_moment="exact_conditional"``, the exact conditional second moment, whose
         last term is ``-u (u^T beta) / (sigma^2 + ||u||^2)``, ``u = (1 - z) * beta``); their
-        mean is :meth:`gradient`."""
+        mean is :meth:`gradient`. Rows outside ``mask`` are zero."""
+        data = self._masked(data, mask)
         m, nv = self.conditional_mean(beta, data)
         miss = 1.0 - data.z
         if self.second_moment == "paper":
@@ -216,15 +232,18 @@ class RegressionMissingCovariates:
         return data.y[:, None] * m - k_beta
 
     def truncated_gradient(
-        self, beta: jax.Array, data: RMCData, truncation: Any
+        self, beta: jax.Array, data: RMCData, truncation: Any,
+        mask: jax.Array | None = None, count: Any = None,
     ) -> BoundedStatistic:
-        """``f_T(grad Q)`` with its l-infinity replace-one sensitivity (corrected or printed)."""
+        """``f_T(grad Q)`` with its l-infinity replace-one sensitivity (corrected or printed);
+        with ``mask``, on its rows only, ``n0 = count`` (see :meth:`gradient`)."""
         if self.second_moment != "paper":
             raise ValueError("truncated_gradient (spec 000) is defined for second_moment="
                              f"'paper' only; got {self.second_moment!r} (the exact-conditional K "
                              "of spec 002 A4 serves DP gradient EM's per_sample_gradients)")
         # The mask of an admissible record is 0/1; clamping it to [0, 1] keeps every term of an
         # arbitrary record inside the declared interval (-(1 - z_j) beta_j between 0 and -beta_j).
+        data = self._masked(data, mask)
         data = RMCData(data.x, jnp.clip(sanitize(data.z), 0.0, 1.0), data.y)
         # conditional_mean's m = obs + nv, nv = c (1 - z) * beta, with the inner products
         # m'beta = a + c b and nv'beta = c b taken from the E-step's own products (equal in
@@ -243,7 +262,7 @@ class RegressionMissingCovariates:
                  - miss * beta[None, :])
         total = jnp.ones((terms.shape[0],), terms.dtype) @ terms
         t2 = jnp.square(jnp.asarray(truncation))
-        n0 = data.y.shape[0]
+        n0 = data.y.shape[0] if mask is None else count
         if self.sensitivity == "corrected":
             # Three products in [-T^2, T^2] plus -(1 - z_ij) beta_j in {0, -beta_j}: every
             # coordinate of a term lies in an interval of width 6T^2 + |beta_j|.
@@ -252,6 +271,9 @@ class RegressionMissingCovariates:
         # run may reach, the true sensitivity is unbounded (the ledger says "not DP").
         stat = bounded_mean_from_sum(total, n0, 6.0 * t2, "linf")
         return stat.declare(stat.sensitivity, jnp.inf)
+
+    #: the statistics take a row mask and a runtime count (padded programs)
+    supports_mask = True
 
     # -- facts for ledgers and validation ------------------------------------------------------
 

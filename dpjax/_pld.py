@@ -1,0 +1,174 @@
+r"""Composition by privacy loss distributions (PLD), on the host, through dp_accounting.
+
+A composition is described by hashable *components*, each a mechanism whose privacy loss
+distribution is known exactly (or dominated by one that is), with a count:
+
+* ``("gaussian", mu)`` -- a Gaussian mechanism with ``mu = Delta / sigma`` (l2 sensitivity
+  over the noise's standard deviation). The composition of Gaussians with ``mu_t`` is the
+  Gaussian with ``mu = sqrt(sum mu_t^2)`` (Dong, Roth & Su 2022, Cor 3.3), so every Gaussian
+  release of a composition is merged into one component;
+* ``("laplace", r, count)`` -- ``count`` Laplace mechanisms, each with ``r = Delta_1 / b``
+  (l1 sensitivity over the scale). For a vector statistic the worst pair of neighbours moves
+  one coordinate by ``Delta_1`` (the dominating pair dp_accounting's ``LaplaceDpEvent`` uses);
+* ``("discrete-laplace", t, k, count)`` -- the discrete Laplace mechanism ``P(z) ~ e^{-t|z|}``
+  on integer statistics of l1 sensitivity ``k`` (an integer, grid units);
+* ``("pure", epsilon, count)`` -- an epsilon-DP mechanism with no better description (a
+  report-noisy-max round of peeling, the local l2-ball randomizer): its PLD is dominated by
+  that of binary randomized response with ``e^epsilon`` (Kairouz, Oh & Viswanath 2015), which
+  is what ``from_privacy_parameters(epsilon, 0)`` builds;
+* ``("approx", epsilon, delta, count)`` -- an (epsilon, delta)-DP mechanism with no better
+  description (e.g. a whole fit composed in parallel over disjoint batches): dominated by the
+  PLD of ``from_privacy_parameters(epsilon, delta)`` (the same theorem);
+* ``("none",)`` -- a release without noise: no guarantee.
+
+:func:`normalise` merges a list of components into a canonical sorted tuple (the cache key);
+:func:`epsilon_for_delta` and :func:`delta_for_epsilon` read the composed PLD's *pessimistic*
+estimate (dp_accounting rounds every privacy loss up: the epsilon it reports is never below the
+true one). A composition of Gaussian releases alone is read off the exact Gaussian curve of
+``mu`` instead (Balle & Wang 2018; exact, no discretisation). Both are cached, so a study
+building many ledgers of one shape composes once.
+
+dp_accounting is imported lazily (``import dpjax`` never imports it): it is an extra
+(``pip install dpjax[pld]``); :func:`available` says whether it is installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from dpjax._gaussian_curve import gaussian_delta, gaussian_epsilon
+
+_INF = float("inf")
+
+#: the discretization of the privacy loss (dp_accounting's default)
+VALUE_DISCRETIZATION = 1e-4
+
+#: how the ledger names this composition (its notes carry it)
+NOTE = ("composed by privacy loss distributions (dp_accounting.pld, pessimistic estimate, "
+        f"privacy loss discretised to {VALUE_DISCRETIZATION:g}): the delivered epsilon is never "
+        "below the true one")
+
+Component = tuple
+
+
+@functools.lru_cache(maxsize=1)
+def available() -> bool:
+    """Whether dp_accounting (the ``[pld]`` extra) is installed."""
+    try:
+        import dp_accounting.pld.privacy_loss_distribution  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def normalise(components: Iterable[Component]) -> tuple[Component, ...]:
+    """A canonical, hashable form: the Gaussians merged into one ``mu``, equal components
+    merged by adding their counts, sorted. ``("none",)`` alone if any release has no noise."""
+    mu2 = 0.0
+    counts: dict[tuple, int] = {}
+    for c in components:
+        kind = c[0]
+        if kind == "none":
+            return (("none",),)
+        if kind == "gaussian":
+            mu = float(c[1])
+            if not math.isfinite(mu):
+                return (("none",),)
+            mu2 += mu * mu
+            continue
+        key, count = tuple(float(x) if isinstance(x, float) else x for x in c[:-1]), int(c[-1])
+        if any(isinstance(x, float) and not math.isfinite(x) for x in key[1:]):
+            return (("none",),)
+        if count > 0:
+            counts[key] = counts.get(key, 0) + count
+    out = [(*k, v) for k, v in counts.items()]
+    if mu2 > 0:
+        out.append(("gaussian", math.sqrt(mu2)))
+    return tuple(sorted(out, key=repr))
+
+
+def _one(c: Component) -> Any:
+    """The PLD of one component (dp_accounting, pessimistic)."""
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pl
+
+    kw = {"value_discretization_interval": VALUE_DISCRETIZATION}
+    kind = c[0]
+    if kind == "gaussian":
+        return pl.from_gaussian_mechanism(1.0 / c[1], sensitivity=1.0, **kw)
+    if kind == "laplace":
+        p = pl.from_laplace_mechanism(1.0 / c[1], sensitivity=1.0, **kw)
+    elif kind == "discrete-laplace":
+        p = pl.from_discrete_laplace_mechanism(c[1], sensitivity=int(c[2]), **kw)
+    elif kind == "pure":
+        p = pl.from_privacy_parameters(common.DifferentialPrivacyParameters(c[1], 0.0), **kw)
+    elif kind == "approx":
+        p = pl.from_privacy_parameters(common.DifferentialPrivacyParameters(c[1], c[2]), **kw)
+    else:
+        raise ValueError(f"unknown PLD component {c!r}")
+    count = int(c[-1])
+    return p if count == 1 else p.self_compose(count)
+
+
+@functools.lru_cache(maxsize=256)
+def _composed(components: tuple[Component, ...]) -> Any:
+    pld = None
+    for c in components:
+        p = _one(c)
+        pld = p if pld is None else pld.compose(p)
+    return pld
+
+
+def _pure_sum(components: tuple[Component, ...]) -> float:
+    """The exact epsilon at delta = 0 of a composition of pure-DP components (their sum)."""
+    total = 0.0
+    for c in components:
+        if c[0] == "laplace" or c[0] == "pure":
+            total += c[1] * c[-1]
+        elif c[0] == "discrete-laplace":
+            total += c[1] * c[2] * c[-1]
+        else:  # a Gaussian or an approx component has no finite epsilon at delta = 0
+            return _INF
+    return total
+
+
+@functools.lru_cache(maxsize=4096)
+def epsilon_for_delta(components: tuple[Component, ...], delta: float) -> float:
+    """The composed PLD's (pessimistic) epsilon at ``delta``; ``components`` normalised."""
+    if not components:
+        return 0.0
+    if components[0][0] == "none":
+        return _INF
+    if delta <= 0:
+        return _pure_sum(components)
+    if len(components) == 1 and components[0][0] == "gaussian":  # exact: no discretisation
+        return gaussian_epsilon(components[0][1], delta) if delta < 1 else 0.0
+    eps = float(_composed(components).get_epsilon_for_delta(delta))
+    return min(max(eps, 0.0), _pure_sum(components))
+
+
+@functools.lru_cache(maxsize=4096)
+def delta_for_epsilon(components: tuple[Component, ...], epsilon: float) -> float:
+    """The composed PLD's (pessimistic) delta at ``epsilon``; ``components`` normalised."""
+    if not components:
+        return 0.0
+    if components[0][0] == "none":
+        return 1.0
+    if epsilon >= _pure_sum(components):
+        return 0.0
+    if len(components) == 1 and components[0][0] == "gaussian":
+        return gaussian_delta(components[0][1], epsilon)
+    return min(1.0, max(0.0, float(_composed(components).get_delta_for_epsilon(epsilon))))
+
+
+def to_json(components: Iterable[Component]) -> list[list]:
+    """The components as JSON lists."""
+    return [list(c) for c in components]
+
+
+def from_json(rows: Iterable[Iterable]) -> tuple[Component, ...]:
+    """Inverse of :func:`to_json` (normalised)."""
+    return normalise(tuple(r) for r in rows)

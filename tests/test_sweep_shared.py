@@ -1,0 +1,330 @@
+"""Shared programs: settings of one shape family that differ in n (and the number of
+iterations) run through one compiled algorithm program, on padded, masked data, with the
+results of today's per-setting kernel up to float round-off."""
+
+import dataclasses
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dpjax import base, study, sweep
+from dpjax.algorithms import dp_em, dp_gem, dp_glm
+from dpjax.experiments._common import ZeroInit
+from dpjax.experiments._em_common import BetaError, InitNearTruth
+from dpjax.experiments._glm_common import GLMRecord, truth
+from dpjax.models import (
+    GaussianMixture,
+    MixtureOfRegressions,
+    RegressionMissingCovariates,
+    sparse_unit_beta,
+)
+from dpjax.models.glm import GLM, GLMData
+from dpjax.models.gmm import GMMData
+from dpjax.models.mor import MoRData
+from dpjax.models.rmc import RMCData
+from dpjax.study import Experiment
+
+GMM = GaussianMixture(0.5)
+MOR = MixtureOfRegressions(0.5)
+RMC = RegressionMissingCovariates(1.0, 0.2)
+LOGIT = GLM()
+INF = math.inf
+
+
+def _em_setting(n, d, s=3, eps=(0.5, INF), method="hd-dp-em", final_only=False, model=GMM):
+    N0 = dp_em.default_num_iterations(n)
+    est = (dp_em.hd_dp_em(model, s, N0, "paper") if method == "hd-dp-em"
+           else dp_em.ld_dp_em(model, N0) if method == "ld-dp-em"
+           else dp_em.gradient_em(model, N0, sample_splitting=False))
+    levels = tuple({"epsilon": e, "delta": 1 / (2 * n), "eta": 0.5, "truncation": 2.0}
+                   for e in eps)
+    return sweep.Setting(
+        key=f"{method},n={n},d={d},s={s},{final_only},{model.name}",
+        columns={"method": method, "n": n}, estimator=est, simulate=model.simulate,
+        init=InitNearTruth(0.125), record=BetaError(),
+        truth=sparse_unit_beta(d, s), plan=sweep.DataPlan(N0, n // N0),
+        hparams_type=dp_em.DPEMHyperparams, levels=levels, n=n, final_only=final_only)
+
+
+def _gem_setting(n, d, T, eps=(0.5, 1.0), key=""):
+    levels = tuple({"epsilon": e, "delta": 1 / (2 * n), "eta": 1.0, "tau": 0.01, "zeta": 0.05,
+                    "s": 0.0} for e in eps)
+    return sweep.Setting(
+        key=f"dp-gem,n={n},d={d},T={T}{key}", columns={"method": "dp-gem", "n": n},
+        estimator=dp_gem.dp_gem(GMM, T), simulate=GMM.simulate, init=InitNearTruth(0.125),
+        record=BetaError(), truth=sparse_unit_beta(d, d), plan=sweep.DataPlan(1, n),
+        hparams_type=dp_gem.DPGEMHyperparams, levels=levels, n=n)
+
+
+def _glm_setting(n, d, T, calibration, eps=(0.5, INF), final_only=False):
+    delta = 1 / (2 * n)
+    levels = tuple({"epsilon": e, "delta": delta, "eta": 1.0, "truncation": 1.0,
+                    "rho": dp_glm.calibrate_rho(e, delta, calibration, T)} for e in eps)
+    return sweep.Setting(
+        key=f"{calibration},T={T},n={n},d={d},{final_only}", columns={"n": n, "T": T},
+        estimator=dp_glm.noisy_gd(LOGIT, T, calibration, 4.0), simulate=LOGIT.simulate,
+        init=ZeroInit(), record=GLMRecord(), truth=truth(0, d), plan=sweep.DataPlan(1, n),
+        hparams_type=dp_glm.GLMHyperparams, levels=levels, n=n, final_only=final_only)
+
+
+def _per_setting(setting, reps, seed):
+    """Today's results: the setting's own kernel (make_kernel)."""
+    f = sweep.study_function(setting, reps=reps, seed=seed, num_devices=1)
+    return jax.tree_util.tree_map(np.asarray, f(setting.hparams()))
+
+
+def _assert_close(shared, own):
+    assert set(shared) == set(own)
+    for k in own:
+        assert shared[k].shape == own[k].shape, k
+        np.testing.assert_allclose(shared[k], own[k], rtol=2e-5, atol=2e-6, err_msg=k)
+
+
+# --------------------------------------------------------------------------------------------
+# One program for settings that differ in n
+# --------------------------------------------------------------------------------------------
+
+
+def test_settings_that_differ_only_in_n_compile_one_program(tmp_path):
+    d = 23  # a dimension no other test uses: the program is compiled here
+    ns = (300, 400, 500)
+
+    def settings(c):
+        return [_em_setting(n, d) for n in c["n_grid"]]
+
+    exp = Experiment(name="shared", title="t", defaults={"n_grid": ns}, settings=settings,
+                     reps=3, quick_reps=2)
+    before = sweep.compile_count()
+    study.run_experiment(exp, tmp_path, reps=3, seed=0, progress=False, num_devices=1)
+    assert sweep.compile_count() == before + 1  # one algorithm program for the three n
+    meta = json.loads((tmp_path / "config.json").read_text())["settings"]
+    assert len({m["program"] for m in meta}) == 1
+    assert [m["compiled"] for m in meta] == [True, False, False]
+    assert "hd-dp-em/gmm" in meta[0]["program"]
+
+
+def test_without_grouping_each_setting_runs_its_own_kernel():
+    """The grouping is what shares: run alone (no program), each n has its own kernel, and a
+    setting alone in its bucket is left out of the plan."""
+    d = 27
+    before = sweep.compile_count()
+    info = {}
+    for n in (300, 400):
+        sweep.run_setting(_em_setting(n, d), reps=2, seed=0, num_devices=1, programs=info)
+        assert "[setting " in info["program"]
+    assert sweep.compile_count() == before + 2
+    assert sweep.plan_programs([_em_setting(300, d), _em_setting(2000, d)]) == {}
+
+
+def test_plan_programs_buckets_geometrically():
+    # rows n0 = floor(n / ceil(log n)): 300 -> 50, 400 -> 57, 500 -> 71, 2000 -> 250
+    sets = [_em_setting(n, 20) for n in (300, 400, 500, 2000)]
+    sets.append(_em_setting(400, 20, eps=(0.5, 1.0, 2.0, INF)))  # 4 levels
+    sets[-1] = sets[-1].__class__(**{**sets[-1].__dict__, "key": "four-levels"})
+    sets.append(_em_setting(400, 20, s=4))  # another sparsity: another family
+    sets.append(_em_setting(2500, 20))  # rows 312: shares with n = 2000, not with the rest
+    progs = sweep.plan_programs(sets)
+    small = [progs[s.key] for s in sets[:3]] + [progs["four-levels"]]
+    assert len(set(small)) == 1
+    assert small[0] == sweep.Program(steps=7, rows=71, levels=2)  # the largest rows and steps
+    assert progs[sets[3].key] == progs[sets[6].key] == sweep.Program(steps=8, rows=312,
+                                                                      levels=2)
+    assert sets[5].key not in progs  # another family, alone in it: its own kernel
+    for s in progs:  # padding never more than doubles a setting's rows
+        st = next(x for x in sets if x.key == s)
+        assert progs[s].rows <= 2 * sweep._data_rows(st)
+
+
+def test_estimators_without_a_padded_form_keep_their_own_program():
+    sets = [_em_setting(n, 20) for n in (300, 400)]
+    sets = [dataclasses.replace(st, estimator=st.estimator._replace(padded=None))
+            for st in sets]
+    assert sweep.plan_programs(sets) == {}
+    st = sets[0]
+    info = {}
+    out = sweep.run_setting(st, reps=2, seed=0, num_devices=1, programs=info)
+    assert "[setting " in info["program"]
+    _assert_close(out, _per_setting(st, 2, 0))
+
+
+def test_a_setting_too_large_to_pad_keeps_its_own_program(monkeypatch):
+    monkeypatch.setattr(sweep, "SHARED_MAX_REP_BYTES", 1000)
+    st = _em_setting(300, 20)
+    assert sweep.plan_programs([st]) == {}
+    info = {}
+    sweep.run_setting(st, reps=2, seed=0, num_devices=1, programs=info)
+    assert "[setting " in info["program"]
+
+
+# --------------------------------------------------------------------------------------------
+# Masked results equal today's per-setting kernel
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method,model", [("hd-dp-em", GMM), ("ld-dp-em", GMM),
+                                          ("hd-dp-em", MOR), ("hd-dp-em", RMC)])
+def test_dp_em_in_a_shared_program_equals_its_own_kernel(method, model):
+    # n = 300 and 500 in one bucket: 300 runs padded (rows 50 of 71, steps 6 of 7)
+    sets = [_em_setting(n, 21, method=method, eps=(0.5, 1.5, INF), model=model)
+            for n in (300, 500)]
+    sets += [_em_setting(n, 21, method=method, final_only=True, model=model)
+             for n in (300, 500)]
+    progs = sweep.plan_programs(sets)
+    assert progs[sets[0].key] == progs[sets[1].key]
+    assert progs[sets[0].key].rows > sweep._data_rows(sets[0])
+    for st in sets:
+        shared = sweep.run_setting(st, reps=3, seed=5, num_devices=1, program=progs[st.key])
+        _assert_close(shared, _per_setting(st, 3, 5))
+
+
+def test_gradient_em_on_all_data_in_a_shared_program_equals_its_own_kernel():
+    # the non-private twin of em_fig2: every step on all n records (full batching)
+    sets = [_em_setting(n, 21, method="gradient-em", eps=(INF,)) for n in (300, 500)]
+    assert sets[0].estimator.batching == "full"
+    progs = sweep.plan_programs(sets)
+    assert progs[sets[0].key] == progs[sets[1].key]
+    for st in sets:
+        shared = sweep.run_setting(st, reps=3, seed=5, num_devices=1, program=progs[st.key])
+        _assert_close(shared, _per_setting(st, 3, 5))
+
+
+def test_dp_gem_in_a_shared_program_equals_its_own_kernel():
+    # n and T differ (s and rho are functions of both)
+    sets = [_gem_setting(300, 4, 6), _gem_setting(500, 4, 8)]
+    progs = sweep.plan_programs(sets)
+    assert progs[sets[0].key] == progs[sets[1].key] == sweep.Program(8, 500, 2)
+    for st in sets:
+        shared = sweep.run_setting(st, reps=3, seed=4, num_devices=1, program=progs[st.key])
+        _assert_close(shared, _per_setting(st, 3, 4))
+
+
+@pytest.mark.parametrize("calibration", ["paper", "gaussian"])
+def test_noisy_gd_in_a_shared_program_equals_its_own_kernel(calibration):
+    # n and T differ: 300 records and T = 10 run padded to 400 rows and 12 steps; three
+    # levels run in groups of two (the last filled with a copy)
+    sets = [_glm_setting(300, 5, 10, calibration, eps=(0.5, 1.0, INF)),
+            _glm_setting(400, 5, 12, calibration),
+            _glm_setting(300, 5, 10, calibration, final_only=True),
+            _glm_setting(400, 5, 12, calibration, final_only=True)]
+    progs = sweep.plan_programs(sets)
+    assert progs[sets[0].key] == progs[sets[1].key] == sweep.Program(12, 400, 2)
+    for st in sets:
+        shared = sweep.run_setting(st, reps=3, seed=2, num_devices=1, program=progs[st.key])
+        _assert_close(shared, _per_setting(st, 3, 2))
+
+
+def test_a_shared_program_over_several_devices_equals_one_device():
+    assert len(jax.devices()) == 4  # conftest forces 4 CPU devices
+    sets = [_em_setting(n, 21) for n in (300, 500)]
+    prog = sweep.plan_programs(sets)[sets[0].key]
+    one = sweep.run_setting(sets[0], reps=5, seed=1, num_devices=1, program=prog)
+    two = sweep.run_setting(sets[0], reps=5, seed=1, chunk_size=4, num_devices=2, program=prog)
+    np.testing.assert_array_equal(two["error"], one["error"])
+
+
+# --------------------------------------------------------------------------------------------
+# The mask masks: padded rows change nothing, whatever they hold
+# --------------------------------------------------------------------------------------------
+
+
+def _adversarial(rows, cols):
+    vals = np.array([1e30, -1e30, np.nan, np.inf, 3.0], np.float32)
+    return np.resize(vals, (rows, cols)) if cols else np.resize(vals, (rows,))
+
+
+def _sizes(real, pad, steps):
+    return base.Sizes(jnp.arange(real + pad) < real, jnp.float32(real), jnp.int32(steps))
+
+
+@pytest.mark.parametrize("method", ["hd-dp-em", "ld-dp-em"])
+def test_padded_rows_change_nothing_in_dp_em(method):
+    d, n0, pad = 12, 40, 9
+    est = (dp_em.hd_dp_em(GMM, 2, 4, "paper") if method == "hd-dp-em"
+           else dp_em.ld_dp_em(GMM, 4))
+    beta = jnp.asarray(sparse_unit_beta(d, 2))
+    batch = GMM.simulate(jax.random.key(0), n0, beta)
+    padded = GMMData(jnp.concatenate([batch.y, jnp.asarray(_adversarial(pad, d))]))
+    hp = dp_em.DPEMHyperparams(*map(jnp.float32, (0.7, 1 / 400, 0.5, 2.0)))
+    state = est.init(0.9 * beta)
+    want, info_w = est.step(jax.random.key(1), state, batch, hp)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n0, pad, 4))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-6, atol=1e-7)
+    assert np.isfinite(np.asarray(got.beta)).all()
+    for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
+                    jax.tree_util.tree_leaves(info_w.events)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("calibration", ["paper", "gaussian"])
+def test_padded_rows_change_nothing_in_noisy_gd(calibration):
+    d, n, pad, T = 6, 50, 7, 10
+    est = dp_glm.noisy_gd(LOGIT, T, calibration, 4.0)
+    beta = jnp.asarray(truth(0, d))
+    data = LOGIT.simulate(jax.random.key(0), n, beta)
+    padded = GLMData(jnp.concatenate([data.x, jnp.asarray(_adversarial(pad, d))]),
+                     jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, 0))]))
+    rho = dp_glm.calibrate_rho(0.7, 1 / (2 * n), calibration, T)
+    hp = dp_glm.GLMHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 1.0, 1.0, rho)))
+    state = est.init(0.5 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n, pad, T))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
+                    jax.tree_util.tree_leaves(info_w.events)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["dp-gem", "gradient-em"])
+def test_padded_rows_change_nothing_in_dp_gem_and_gradient_em(method):
+    d, n, pad, T = 5, 60, 9, 6
+    est = dp_gem.dp_gem(GMM, T) if method == "dp-gem" else dp_em.gradient_em(GMM, T, False)
+    beta = jnp.asarray(sparse_unit_beta(d, d))
+    data = GMM.simulate(jax.random.key(0), n, beta)
+    padded = GMMData(jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, d))]))
+    if method == "dp-gem":
+        hp = dp_gem.DPGEMHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 1.0, 0.01, 0.05,
+                                                        0.0)))
+    else:
+        hp = dp_em.DPEMHyperparams(*map(jnp.float32, (INF, 1 / (2 * n), 0.5, INF)))
+    state = est.init(0.8 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n, pad, T))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
+                    jax.tree_util.tree_leaves(info_w.events)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("model", [MOR, RMC])
+@pytest.mark.parametrize("stat", ["truncated_gradient", "gradient", "per_sample_gradients"])
+def test_padded_rows_change_nothing_in_the_mixture_of_regressions_and_missing_covariates(
+        model, stat):
+    d, n, pad = 6, 40, 9
+    beta = jnp.asarray(sparse_unit_beta(d, 2))
+    data = model.simulate(jax.random.key(0), n, beta)
+    junk = jnp.asarray(_adversarial(pad, d))
+    if model is MOR:
+        padded = MoRData(jnp.concatenate([data.x, junk]),
+                         jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, 0))]))
+    else:
+        padded = RMCData(jnp.concatenate([data.x, junk]), jnp.concatenate([data.z, junk]),
+                         jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, 0))]))
+    mask = jnp.arange(n + pad) < n
+    if stat == "truncated_gradient":
+        want = model.truncated_gradient(0.9 * beta, data, 2.0)
+        got = model.truncated_gradient(0.9 * beta, padded, 2.0, mask=mask, count=jnp.float32(n))
+        np.testing.assert_allclose(got.sensitivity, want.sensitivity, rtol=1e-6)
+        got, want = got.value, want.value
+    elif stat == "gradient":
+        want = model.gradient(0.9 * beta, data)
+        got = model.gradient(0.9 * beta, padded, mask=mask, count=jnp.float32(n))
+    else:
+        want = model.per_sample_gradients(0.9 * beta, data)
+        got = model.per_sample_gradients(0.9 * beta, padded, mask=mask)
+        np.testing.assert_array_equal(got[n:], 0.0)
+        got = got[:n]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
