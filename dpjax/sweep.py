@@ -430,7 +430,7 @@ _KERNELS: dict[tuple, Callable] = {}
 # The program fingerprint: what a stored result was computed by
 # --------------------------------------------------------------------------------------------
 
-PROGRAM_FORMAT = 1  # bump when what program_fingerprint hashes changes
+PROGRAM_FORMAT = 2  # bump when what program_fingerprint hashes changes
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 
@@ -450,7 +450,12 @@ def program_fingerprint(setting: Setting, cache: dict[Any, str] | None = None
       a new dpjax or JAX that traces differently. The number of levels and repetitions, the
       chunking and the devices are not in it: a study grows. The values the kernel takes as
       inputs (the truth, the levels, the keys) are not either: the store checks them itself
-      (the setting's signature, the level labels of every chunk, the configuration).
+      (the setting's signature, the level labels of every chunk, the configuration). Where the
+      estimator has a padded form (:class:`dpjax.base.Padded`), the shared path's data and
+      algorithm programs (:func:`make_shared_kernels`) traced at the setting's own sizes are
+      hashed too: a study may run the setting there, padded to the bucket of its shape family
+      (:func:`plan_programs`), with results equal up to float round-off; the bucket depends
+      on the study's other settings, the fingerprint does not.
     * ``ledgers`` hashes, per level (by :func:`level_label`), the estimator's host ledger
       (``estimator.ledger``) on fixed probe events (every event's sensitivity, scale and true
       sensitivity 1, delta 1e-6), with the code of the ledger function: the path that turns
@@ -494,7 +499,37 @@ def _trace_digest(estimator, simulate, init, record, plan, data_mode, draw_truth
         jax.ShapeDtypeStruct((1,), jnp.uint32))
     h = hashlib.sha256(str(closed).encode())
     _hash_constants(closed, h, set())
+    if getattr(estimator, "padded", None) is not None:
+        _padded_digest(estimator, simulate, init, record, plan, draw_truth, final_only, key,
+                       jax.ShapeDtypeStruct(truth_shape, np.dtype(truth_dtype)),
+                       hparams_type(*(one for _ in hparams_type._fields)), h)
     return h.hexdigest()
+
+
+def _padded_digest(estimator, simulate, init, record, plan, draw_truth, final_only, key, truth,
+                   hparams, h) -> None:
+    """Add to ``h`` the shared path's computation of one repetition (its data program and its
+    padded form's algorithm program, :func:`make_shared_kernels`) traced at the setting's own
+    sizes: no padding beyond its own rows and steps, whatever bucket a study puts it in (a
+    study that grows by settings changes the bucket, not the program), so an edit of the
+    padded form's step or of the padding is seen. Its results equal the per-setting kernel's
+    up to float round-off (tests/test_sweep_shared.py)."""
+    rows = (plan.num_records // estimator.num_steps if estimator.batching == "disjoint"
+            else plan.num_records)
+    program = Program(estimator.num_steps, rows, 1)
+    reps = jax.ShapeDtypeStruct((1,), jnp.uint32)
+    data_fn = _shared_data_fn(simulate, init, plan, draw_truth, estimator.batching,
+                              estimator.num_steps, program)
+    closed = jax.make_jaxpr(data_fn)(reps, key, truth)
+    h.update(str(closed).encode())
+    _hash_constants(closed, h, set())
+    data, params0, truth_r, _ = jax.eval_shape(data_fn, reps, key, truth)
+    count = jax.ShapeDtypeStruct((), jnp.int32)
+    closed = jax.make_jaxpr(_shared_alg_fn(estimator.padded, record, final_only, program.steps))(
+        reps, key, data, params0, truth_r, hparams, jax.ShapeDtypeStruct((1,), jnp.uint32),
+        count, count)
+    h.update(str(closed).encode())
+    _hash_constants(closed, h, set())
 
 
 def _hash_constants(closed: Any, h: Any, seen: set[int]) -> None:
@@ -714,8 +749,9 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
 
 
 def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, program):
-    """Repetition ``r``'s padded data, start values and truth (the draws of
-    :func:`_repetition`, bit for bit, before padding)."""
+    """Repetition ``r``'s padded data, start values, truth and data check (the draws of
+    :func:`_repetition`, bit for bit, before padding; the check, :func:`_has_nonfinite`, reads
+    every drawn record, as :func:`_repetition` does, and none of the padding's zeros)."""
 
     def one(r, data_key, truth):
         data_key = _as_typed_key(data_key)
@@ -741,7 +777,8 @@ def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, progr
                    + [(0, 0)] * (batches.ndim - 2))
             return jnp.pad(batches, pad)
 
-        return jax.tree_util.tree_map(layout, blocks), params0, truth
+        return (jax.tree_util.tree_map(layout, blocks), params0, truth,
+                _has_nonfinite(blocks))
 
     def chunk(reps, data_key, truth):
         return jax.vmap(one, in_axes=(0, None, None))(reps, data_key, truth)
@@ -808,10 +845,11 @@ def _jit_over_reps(fn: Callable, num_devices: int, rep_args: Sequence[bool]) -> 
 def make_shared_kernels(setting: Setting, program: Program, num_devices: int = 1
                         ) -> tuple[Callable, Callable]:
     """``(data, algorithm)``: the setting's data program ``(reps (C,), data_key, truth) ->
-    (data, params0, truth)`` (padded to ``program``) and its family's algorithm program
-    ``(reps, noise_key, data, params0, truth, hparams (L,), ids (L,), count, num_steps)`` ->
-    record ``(C, L, program.steps + 1)``, shared by every setting of the family at these
-    sizes (cached: a study compiles it once)."""
+    (data, params0, truth, nonfinite (C,))`` (padded to ``program``; ``nonfinite``: 1 where a
+    repetition's drawn data hold a NaN or infinite entry, see :data:`NONFINITE_DATA`) and its
+    family's algorithm program ``(reps, noise_key, data, params0, truth, hparams (L,),
+    ids (L,), count, num_steps)`` -> record ``(C, L, program.steps + 1)``, shared by every
+    setting of the family at these sizes (cached: a study compiles it once)."""
     est = setting.estimator
     data_key = (setting.simulate, setting.init, setting.plan, setting.draw_truth,
                 est.batching, est.num_steps, program, num_devices)
@@ -1254,7 +1292,8 @@ class _SharedRunner(_SettingRunner):
         else:
             reps_in = idx
         setting, prog = self.setting, self.program
-        data, params0, truth = self.data_kernel(reps_in, self.data_key, setting.fixed_truth)
+        data, params0, truth, bad = self.data_kernel(reps_in, self.data_key,
+                                                     setting.fixed_truth)
         count = np.int32(_data_rows(setting))
         num_steps = np.int32(setting.estimator.num_steps)
         total = len(ids)
@@ -1277,7 +1316,15 @@ class _SharedRunner(_SettingRunner):
             steps = setting.estimator.num_steps
             parts.append({k: np.asarray(v)[:, :keep, :steps if k.startswith(EVENT_PREFIX) else (
                 v.shape[2] if setting.final_only else steps + 1)] for k, v in res.items()})
-        return {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+        out = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+        if self.multi:
+            from jax.experimental import multihost_utils
+
+            bad = multihost_utils.process_allgather(bad, tiled=True)
+        # the data check of the data program, per repetition and level (as _repetition's)
+        out[NONFINITE_DATA] = np.broadcast_to(
+            np.asarray(jax.device_get(bad))[:, None], (len(bad), total)).copy()
+        return out
 
 
 def _cache_size(kernel: Callable) -> int:

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dpjax import cli, results, study, sweep
@@ -301,3 +302,129 @@ def test_the_data_check_streams_with_the_batches():
     with pytest.raises(results.ConfigError, match=f"in {sum(flags[0])} of repetitions 0..7 "
                        f"\\(repetition {first}, "):
         sweep.run_setting(s, reps=8, seed=0, num_devices=1, data_mode="stream")
+
+
+# --------------------------------------------------------------------------------------------
+# 1 and 4 on the shared path: settings of one shape family that run in one padded program
+# --------------------------------------------------------------------------------------------
+
+EDITED_PADDED = {"on": False}  # the padded form's step of the GLM study below, edited
+NAN_DATA = {"rate": 0.0}
+
+
+def _glm_study():
+    """noisy_gd (it has a padded form) at settings that differ only in n: n 300 and 400 share
+    one padded program; a grown study (n 800 too) buckets 400 with 800 and 300 alone."""
+    import jax
+    import jax.numpy as jnp
+
+    from dpjax.algorithms import dp_glm
+    from dpjax.experiments._common import ZeroInit
+    from dpjax.experiments._glm_common import GLMRecord, truth
+    from dpjax.models.glm import GLM
+
+    model, T = GLM(), 3
+    base = dp_glm.noisy_gd(model, T, "paper", 4.0)
+
+    def simulate(key, m, beta):
+        data = model.simulate(key, m, beta)
+        bad = jax.random.uniform(jax.random.fold_in(key, 5)) < NAN_DATA["rate"]
+        return data._replace(y=data.y.at[0].set(jnp.where(bad, jnp.nan, data.y[0])))
+
+    def estimator():
+        if not EDITED_PADDED["on"]:
+            return base
+        step = base.padded.step
+
+        def edited(key, state, data, hparams, sizes):  # what a user's edit might do
+            new, info = step(key, state, data, hparams, sizes)
+            return jax.tree_util.tree_map(lambda x: x * 1.0001 if jnp.issubdtype(
+                x.dtype, jnp.inexact) else x, new), info
+
+        # only the padded form changes: the per-setting step is the same
+        return base._replace(padded=base.padded._replace(step=edited))
+
+    def settings(c):
+        est = estimator()
+        out = []
+        for n in c["n_grid"]:
+            delta = 1 / (2 * 400)
+            levels = tuple({"epsilon": e, "delta": delta, "eta": 1.0, "truncation": 1.0,
+                            "rho": dp_glm.calibrate_rho(e, delta, "paper", T)}
+                           for e in (0.5, math.inf))
+            out.append(sweep.Setting(
+                key=f"noisy-gd,n={n}", columns={"method": "noisy-gd", "n": n},
+                estimator=est, simulate=simulate, init=ZeroInit(), record=GLMRecord(),
+                truth=truth(0, 3), plan=sweep.DataPlan(1, n),
+                hparams_type=dp_glm.GLMHyperparams, levels=levels, n=n))
+        return out
+
+    return study.Experiment(name="glm_shared", title="t", defaults={"n_grid": (300, 400)},
+                            settings=settings, reps=2, quick_reps=2)
+
+
+@pytest.fixture
+def glm_study():
+    EDITED_PADDED["on"], NAN_DATA["rate"] = False, 0.0
+    yield _glm_study()
+    EDITED_PADDED["on"], NAN_DATA["rate"] = False, 0.0
+
+
+def _shared_ids(out):
+    return {m["key"]: m["program"] for m in
+            json.loads((out / "config.json").read_text())["settings"]}
+
+
+def test_an_edit_of_the_padded_form_is_refused_on_rerun(glm_study, tmp_path):
+    out = tmp_path / "out"
+    study.run_experiment(glm_study, out, reps=2, progress=False, num_devices=1)
+    assert all("[setting " not in p for p in _shared_ids(out).values())  # the shared path ran
+    before = _snapshot(out)
+    EDITED_PADDED["on"] = True
+    with pytest.raises(results.ConfigError, match=r"2 setting\(s\) computed by another "
+                       r"program.*'noisy-gd,n=300' \(its traced computation changed\)"):
+        study.run_experiment(glm_study, out, reps=2, progress=False, num_devices=1)
+    assert _snapshot(out) == before
+
+
+def test_a_study_grown_by_another_n_reuses_the_shared_results(glm_study, tmp_path, capsys):
+    """The padded buckets follow the study's settings; the fingerprint does not: n 300 leaves
+    the shared program for one of its own (n 400 now shares with n 800), and its results are
+    reused all the same."""
+    out = tmp_path / "out"
+    study.run_experiment(glm_study, out, reps=2, progress=False, num_devices=1)
+    first = _shared_ids(out)
+    capsys.readouterr()
+    study.run_experiment(glm_study, out, reps=2, progress=False, num_devices=1,
+                         overrides={"n_grid": (300, 400, 800)})
+    assert "reused 8 finished (setting, level, repetition) results, computed 4" in \
+        capsys.readouterr().err
+    grown = _shared_ids(out)
+    assert "[setting " in grown["noisy-gd,n=300"] and first["noisy-gd,n=300"] != \
+        grown["noisy-gd,n=300"]  # it ran in another program: no spurious refusal
+    fps = {sweep.program_fingerprint(s)["program"] for s in glm_study.settings(
+        {"n_grid": (300, 400, 800)})}
+    assert len(fps) == 3  # per setting: its own shapes
+
+
+def test_non_finite_data_are_flagged_in_the_shared_path(glm_study, tmp_path):
+    """The data program checks the drawn records (before padding: the padded rows' zeros are
+    not flagged), with the per-setting kernel's flags and the same policy."""
+    settings = glm_study.settings({"n_grid": (300, 400)})
+    programs = sweep.plan_programs(settings)
+    s = settings[0]  # n 300, padded to 400 rows
+    assert programs[s.key].rows == 400
+    clean = sweep.run_setting(s, reps=4, seed=0, num_devices=1, program=programs[s.key])
+    assert not clean[sweep.NONFINITE_DATA].any()  # padding is not flagged
+    NAN_DATA["rate"] = 0.5
+    s = glm_study.settings({"n_grid": (300, 400)})[0]
+    flags = [sweep.run_setting(s, reps=6, seed=0, num_devices=1, on_invalid="clip",
+                               program=p)[sweep.NONFINITE_DATA] for p in (programs[s.key], None)]
+    np.testing.assert_array_equal(flags[0], flags[1])
+    assert 0 < flags[0][:, 0].sum() < 6 and flags[0].shape == (6, 2)
+    with pytest.raises(results.ConfigError, match="'noisy-gd,n=300': simulate returned data "
+                       "with NaN or infinite"):
+        sweep.run_setting(s, reps=6, seed=0, num_devices=1, program=programs[s.key])
+    with pytest.raises(results.ConfigError, match="simulate returned data with NaN"):
+        study.run_experiment(glm_study, tmp_path / "out", reps=6, progress=False,
+                             num_devices=1)
