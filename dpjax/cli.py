@@ -260,6 +260,15 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
     run.add_argument("--data-mode", choices=["auto", "materialize", "stream"], default="auto",
                      help="generate each batch inside the scan ('stream') or all data first")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--recompute", action="store_true",
+                     help="compute again the settings whose results in --out another program "
+                     "computed (an edited study file, another dpjax); without it such a run "
+                     "stops and names them")
+    run.add_argument("--on-invalid", choices=["raise", "clip"], default=None,
+                     help="a repetition whose simulated data hold NaN or inf: stop ('raise', "
+                     "the default unless the experiment says otherwise) or let the "
+                     "estimators sanitise it as a fit with on_invalid='clip' does, counted "
+                     "in results.csv ('clip')")
     run.add_argument("--no-compile-cache", action="store_true",
                      help="do not use JAX's persistent compilation cache (default: on, in "
                      "$JAX_COMPILATION_CACHE_DIR or ~/.cache/dpjax/jax)")
@@ -314,6 +323,7 @@ def _main(argv: list[str]) -> int:
         overrides=overrides, chunk_size=args.chunk_size, quick=args.quick,
         progress=not args.no_progress, data_mode=args.data_mode,
         memory_budget_gb=args.memory_budget, source=source,
+        recompute=args.recompute, on_invalid=args.on_invalid,
     )
     print(f"wrote {out.out_dir}/results.csv, summary.csv, iterations.csv, config.json"
           + (", figure.png" if exp.plot is not None else ""))

@@ -17,6 +17,8 @@ Layout of an output directory (DESIGN.md, "Results and the command line"):
   a rerun resumes. Each chunk carries the study fingerprint, its setting key and repetition range,
   and a SHA-256 checksum of its content; a chunk that fails verification is reported, moved aside
   (``.corrupt``) and computed again. A failed write (disk full) leaves no partial chunk behind.
+  ``chunks/programs.json`` records, per setting, the program that computed its chunks
+  (:func:`dpjax.sweep.program_fingerprint`): chunks of another program are never reused.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ def _is_primary() -> bool:
 # --------------------------------------------------------------------------------------------
 
 CHUNK_FORMAT = 1
+PROGRAMS_FILE = "programs.json"  # per setting: the program fingerprint of its stored chunks
 _RESULTS_FILES = ("results.csv", "iterations.csv", "summary.csv", "config.json")
 _META = "__chunk__"  # the archive member holding a chunk's header and checksum (JSON bytes)
 
@@ -238,11 +241,21 @@ class ChunkStore:
 
     ``growable``: the configuration fields that may change between runs in one directory
     (list fields: the grids); a refusal names the other fields that differ.
+
+    ``programs``: per setting key, what computes its results
+    (:func:`dpjax.sweep.program_fingerprint`), recorded in ``chunks/programs.json``. A stored
+    result is reused only if the same program produced it: where a setting of this run has
+    stored chunks from another program (its traced computation or its ledger code changed,
+    e.g. an edited study file or another dpjax), opening the store raises a one-line error
+    naming those settings before any file is touched, or, with ``recompute``, deletes their
+    chunks so that they are computed again.
     """
 
     def __init__(self, out_dir: str | os.PathLike, fingerprint: str,
                  identity: Mapping[str, Any] | None = None,
-                 growable: Iterable[str] = ()) -> None:
+                 growable: Iterable[str] = (),
+                 programs: Mapping[str, Mapping[str, Any]] | None = None,
+                 recompute: bool = False) -> None:
         self.root = Path(out_dir) / "chunks"
         self.fingerprint = fingerprint
         self.bounds: dict[tuple[str, int], tuple[int, int]] = {}
@@ -272,6 +285,17 @@ class ChunkStore:
                     f"rerun with the same settings to resume{grow}, or choose another --out "
                     "directory (or delete this one)"
                 )
+        # the programs that computed the stored chunks: checked before any file is touched
+        changed = {} if programs is None else self._changed_programs(programs)
+        if changed and not recompute:
+            names = [f"{k!r} ({why})" for k, why in changed.items()]
+            if len(names) > 4:
+                names[4:] = [f"and {len(names) - 4} more"]
+            raise _user_error(
+                f"{out_dir} holds results of {len(changed)} setting(s) computed by another "
+                f"program than this run's: {', '.join(names)}; rerun with --recompute to "
+                "compute them again there (run_experiment(..., recompute=True)), or choose "
+                "another --out directory")
         if identity is not None and self._primary:
             # what the fingerprint hashes (to name what differs), as of the latest run
             _atomic_write_text(described, json.dumps(identity, indent=1, default=str) + "\n")
@@ -283,6 +307,56 @@ class ChunkStore:
                 stale.extend(self.root.parent.glob(f".{name}.*.tmp"))
             for tmp in stale:
                 tmp.unlink(missing_ok=True)
+        if programs is not None:
+            self._record_programs(programs, changed)
+
+    def _read_programs(self) -> dict[str, Any]:
+        try:
+            obj = json.loads((self.root / PROGRAMS_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        settings = obj.get("settings") if isinstance(obj, dict) else None
+        return settings if isinstance(settings, dict) else {}
+
+    def _changed_programs(self, programs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+        """The settings asked for whose stored chunks another program computed (setting key
+        -> what differs): their traced computation, their ledger code at a level both runs
+        hold, or no record of it (chunks of a dpjax before program fingerprints)."""
+        old = self._read_programs()
+        out = {}
+        for key, new in programs.items():
+            if not self.ranges(key):
+                continue  # nothing stored: nothing to mix with
+            before = old.get(key)
+            if not isinstance(before, dict):
+                out[key] = "stored without a program fingerprint, by an older dpjax"
+            elif before.get("program") != new["program"]:
+                out[key] = "its traced computation changed"
+            elif any(before.get("ledgers", {}).get(label, digest) != digest
+                     for label, digest in new["ledgers"].items()):
+                out[key] = "its ledger code changed"
+        return out
+
+    def _record_programs(self, programs: Mapping[str, Mapping[str, Any]],
+                         changed: Mapping[str, str]) -> None:
+        """Delete the chunks of the ``changed`` settings (``--recompute``) and record the
+        programs of this run's settings (a setting's ledger digests per level accumulate as
+        its levels grow)."""
+        if not self._primary:
+            return
+        for key in changed:
+            self.discard(key)
+        old = self._read_programs()
+        merged = dict(old)
+        for key, new in programs.items():
+            before = old.get(key)
+            keep = (isinstance(before, dict) and key not in changed
+                    and before.get("program") == new["program"])
+            ledgers = {**(before.get("ledgers", {}) if keep else {}), **new["ledgers"]}
+            merged[key] = {"program": new["program"], "ledgers": ledgers}
+        if merged != old:
+            _atomic_write_text(self.root / PROGRAMS_FILE, json.dumps(
+                {"format": 1, "settings": merged}, indent=1, sort_keys=True) + "\n")
 
     def _path(self, key: str, start: int, stop: int) -> Path:
         return self.root / _safe(key) / f"reps-{start:07d}-{stop:07d}.npz"

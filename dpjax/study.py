@@ -59,6 +59,12 @@ class Experiment:
         description: longer text for ``dpjax list``.
         summary_extra: other recorded metrics to summarise in ``summary.csv`` besides
             ``error`` (columns ``{name}_mean``, ``{name}_se``, ``{name}_sd``).
+        on_invalid: what a repetition whose simulated data hold NaN or infinite entries
+            does, as in a fit: ``"raise"`` (default: the study stops, naming the setting and
+            the repetitions) or ``"clip"`` (the estimators sanitise them, as a fit with
+            ``on_invalid="clip"`` does; ``results.csv`` counts them per repetition in
+            ``nonfinite_data`` and ``summary.csv`` per level in ``nonfinite_reps``); see
+            :func:`run_experiment`.
         compare_atol: ``(metric, atol)`` pairs: the absolute float tolerance with which
             ``dpjax run --all`` compares that metric's means (``"error"`` or a name of
             ``summary_extra``) with the committed report's, for a metric that is float32
@@ -82,8 +88,10 @@ class Experiment:
     summary_extra: tuple[str, ...] = ()
     compare_atol: tuple[tuple[str, float], ...] = ()
     level_columns: tuple[str, ...] = ()
+    on_invalid: str = "raise"
 
     def __post_init__(self) -> None:
+        _validate.check_on_invalid(self.on_invalid)
         if isinstance(self.level_columns, str) or not all(
                 isinstance(k, str) for k in self.level_columns):
             raise TypeError(f"experiment {self.name!r}: level_columns must be a tuple of "
@@ -436,6 +444,8 @@ def run_experiment(
     memory_budget_gb: float | None = None,
     num_devices: int | None = None,
     source: Mapping[str, Any] | None = None,
+    recompute: bool = False,
+    on_invalid: str | None = None,
 ) -> StudyOutput:
     """Run an experiment and write its results files (see :mod:`dpjax.results`).
 
@@ -458,6 +468,19 @@ def run_experiment(
         source: where the experiment came from, recorded in ``config.json`` so that ``dpjax
             plot --out DIR`` can load it again (``{"file": PATH, "name": NAME}``, ``{"module":
             MODULE, "name": NAME}``; None: bundled with dpjax). ``dpjax run`` fills it in.
+        recompute: compute again the settings whose stored results another program computed
+            (``--recompute``; see below) instead of refusing them.
+        on_invalid: ``"raise"`` or ``"clip"`` (``--on-invalid``; default: the experiment's
+            :attr:`Experiment.on_invalid`, ``"raise"`` unless it says otherwise): the policy of
+            a fit for bad records, applied to every repetition's simulated data. With
+            ``"raise"`` a repetition whose data hold NaN or infinite entries stops the study
+            (a :class:`ConfigError` naming the setting and the repetitions; nothing of its
+            chunk is stored); with ``"clip"`` the estimators sanitise those entries inside
+            their bounded statistics, as a fit with ``on_invalid="clip"`` does, and the run
+            says so: ``results.csv`` and ``iterations.csv`` get a column ``nonfinite_data``
+            (1 where the repetition's data held a NaN or infinite entry, else 0), ``summary.csv`` a
+            column ``nonfinite_reps`` (how many of the level's repetitions had any), and a
+            line on stderr names the settings concerned.
 
     A rerun in the same ``out_dir`` resumes, and a study grows there: with more repetitions,
     or more elements in a list setting (a grid of levels, e.g. ``eps_grid``, or of settings,
@@ -466,7 +489,19 @@ def run_experiment(
     :mod:`dpjax.sweep`); a line on stderr says how many were reused and computed. Fewer
     repetitions or elements report only those asked for and keep the others' chunks for a
     later run. A change to anything else is refused, naming what differs.
+
+    A stored result is reused only if the same program produced it: each setting's program
+    (:func:`dpjax.sweep.program_fingerprint`: its traced computation, with the values of its
+    constants, and its ledger code) is recorded with its chunks, and where it differs (an
+    edited study file, estimator argument, ``init``, ``record`` or calibration, or another
+    version of dpjax) the run stops before computing anything, with one line naming those
+    settings, and touches no stored file; ``recompute=True`` computes them again there.
+
+    A level repeated within a setting (``--set eps_grid=1,1``, or ``inf`` where the study
+    appends the non-private limit itself) runs and counts once, with a note on stderr.
     """
+    on_invalid = _validate.check_on_invalid(experiment.on_invalid if on_invalid is None
+                                            else on_invalid)
     config = resolve_config(experiment, overrides, quick)
     reps = (experiment.quick_reps if quick else experiment.reps) if reps is None else reps
     if reps < 1:
@@ -485,12 +520,14 @@ def run_experiment(
     with _compiles.tally() as compiles:  # JAX's compile events: programs and their seconds
         rows, iter_rows, by, setting_meta, fp, traces = _run_settings(
             experiment, config, out, reps, seed, chunk_size, progress, data_mode,
-            memory_budget_gb, num_devices, overrides,
+            memory_budget_gb, num_devices, overrides, recompute, on_invalid,
         )
     timing = {"seconds": round(time.perf_counter() - t0, 3), **compiles.to_dict()}
     if jax.process_index() != 0:  # multi-host: process 0 holds the gathered results and writes
         return StudyOutput(out, [], [], [], {}, {})
     summary = results.summarise(rows, by, extra=experiment.summary_extra)
+    if on_invalid == "clip":
+        _count_nonfinite_reps(summary, rows, by)
     results.add_delivered(summary, by, experiment.name, setting_meta)  # the ledgers' budgets
     results.write_csv(out / "results.csv", rows)
     results.write_csv(out / "iterations.csv", iter_rows)
@@ -503,6 +540,7 @@ def run_experiment(
         "seed": seed,
         "quick": quick,
         "fingerprint": fp,
+        "on_invalid": on_invalid,
         **({"source": dict(source)} if source is not None else {}),
         "environment": results.environment(),
         "timing": timing,
@@ -568,20 +606,25 @@ def replot(experiment: Experiment, out_dir: str | os.PathLike) -> Path:
 
 
 def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, data_mode,
-                  memory_budget_gb, num_devices, overrides=None):
+                  memory_budget_gb, num_devices, overrides=None, recompute=False,
+                  on_invalid="raise"):
     settings = _study_settings(experiment, config, overrides)
     _check_levels(experiment, settings, overrides)
     keys = [s.key for s in settings]
     if len(set(keys)) != len(keys):
         raise ValueError(f"experiment {experiment.name!r} has duplicate setting keys")
+    settings = _merge_repeated_levels(settings)
     fp, store_fp, grids = _fingerprints(experiment, config, seed, settings)
     _check_callbacks(settings, ("error", *experiment.summary_extra))
     _check_memory(settings)
+    traces_seen: dict[Any, str] = {}  # one trace per function and shape
+    fingerprints = {s.key: sweep.program_fingerprint(s, traces_seen) for s in settings}
     _make_out_dir(out)
-    # refuses another configuration's directory, naming the settings that differ
+    # refuses another configuration's directory, naming the settings that differ, and
+    # results another program computed (before touching a file), unless recompute
     store = results.ChunkStore(out, store_fp, identity={
         "experiment": experiment.name, "config": config.to_dict(), "seed": seed},
-        growable=grids)
+        growable=grids, programs=fingerprints, recompute=recompute)
     store.check_settings({s.key: _signature(s) for s in settings})
     show = progress and jax.process_index() == 0
     bar = sweep.default_progress(reps * len(settings), experiment.name) if show else None
@@ -594,8 +637,8 @@ def _run_settings(experiment, config, out, reps, seed, chunk_size, progress, dat
                 s, store, reps=reps, seed=seed, chunk_size=chunk_size,
                 memory_budget_gb=memory_budget_gb, num_devices=num_devices,
                 data_mode=data_mode, progress=bar.update if bar is not None else None,
-                program=programs.get(s.key))
-            setting_meta.append(meta)
+                on_invalid=on_invalid, program=programs.get(s.key))
+            setting_meta.append(meta | {"fingerprint": fingerprints[s.key]["program"]})
     finally:
         if bar is not None:
             bar.close()
@@ -633,7 +676,8 @@ def _fingerprints(experiment, config, seed, settings) -> tuple[str, str, list[st
 
 def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | None,
              memory_budget_gb: float | None, num_devices: int | None, data_mode: str,
-             progress: Any, program: Any = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+             progress: Any, on_invalid: str = "raise", program: Any = None
+             ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """One setting through the sweep: its metrics and its entry of config.json's settings
     (with every level's ledger, and the program it ran: its id and whether this run compiled
     it). A level the ledger refuses discards the setting's chunks."""
@@ -648,9 +692,11 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
     ran: dict[str, Any] = {}
     with _compiles.tally() as compiles:
         trace = sweep.run_setting(s, reps=reps, seed=seed, plan=plan, store=store,
-                                  progress=progress, num_devices=num_devices, program=program,
-                                  programs=ran)
+                                  progress=progress, num_devices=num_devices,
+                                  on_invalid=on_invalid, program=program, programs=ran)
     metrics, events = sweep.split_events(trace, sweep.event_structure(s))
+    if on_invalid == "clip" and sweep.NONFINITE_DATA in trace:
+        metrics[NONFINITE_COLUMN] = _nonfinite_column(s, trace[sweep.NONFINITE_DATA], metrics)
     try:
         levels = [{"hparams": dict(lv), "ledger": _ledger(s, lv, li, events)}
                   for li, lv in enumerate(s.levels)]
@@ -662,6 +708,76 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
                      "data_mode": plan.data_mode, **ran,
                      "seconds": round(time.perf_counter() - t0, 3), **compiles.to_dict(),
                      "levels": levels}
+
+
+NONFINITE_COLUMN = "nonfinite_data"  # results.csv, with on_invalid="clip"
+NONFINITE_REPS = "nonfinite_reps"  # summary.csv, with on_invalid="clip"
+
+
+def _nonfinite_column(s: Setting, counts: np.ndarray, metrics: Mapping[str, np.ndarray]
+                      ) -> np.ndarray:
+    """The data check of each repetition (1: its data held a NaN or infinite entry) as a
+    metric (axes ``(reps, L, iterations + 1)``), and a line on stderr where any did."""
+    per_rep = np.asarray(counts)[:, 0].astype(np.int64)
+    bad = int(np.count_nonzero(per_rep))
+    if bad and jax.process_index() == 0:
+        results._report(
+            f"dpjax: setting {s.key!r}: {bad} of {per_rep.size} repetitions had NaN or "
+            "infinite entries in their simulated data; with on_invalid='clip' "
+            "the estimators sanitised them, as a fit with on_invalid='clip' does (results.csv: "
+            f"{NONFINITE_COLUMN}; summary.csv: {NONFINITE_REPS})")
+    shape = next(iter(metrics.values())).shape[:3]
+    return np.broadcast_to(per_rep[:, None, None], shape).astype(np.float64)
+
+
+def _count_nonfinite_reps(summary: Sequence[dict[str, Any]], rows: Sequence[Mapping[str, Any]],
+                          by: Sequence[str]) -> None:
+    """Add ``nonfinite_reps`` to every summary row: its repetitions with non-finite data."""
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        k = tuple(r[c] for c in by)
+        counts[k] = counts.get(k, 0) + int(float(r.get(NONFINITE_COLUMN, 0)) > 0)
+    for row in summary:
+        row[NONFINITE_REPS] = counts.get(tuple(row[c] for c in by), 0)
+
+
+def _merge_repeated_levels(settings: Sequence[Setting]) -> list[Setting]:
+    """Each setting with every level once: a level asked for twice (``--set eps_grid=1,1``,
+    or ``inf`` beside a study that appends the non-private limit itself) would run the same
+    draws twice and count them twice in ``summary.csv`` (a count of 2R from R repetitions,
+    standard errors too small). Merged, with one note on stderr."""
+    out, repeated = [], {}
+    for s in settings:
+        first: dict[str, dict[str, float]] = {}
+        times: dict[str, int] = {}
+        for lv in s.levels:
+            label = sweep.level_label(lv)
+            first.setdefault(label, lv)
+            times[label] = times.get(label, 0) + 1
+        if len(first) == len(s.levels):
+            out.append(s)
+            continue
+        out.append(dataclasses.replace(s, levels=tuple(first.values())))
+        for label, k in times.items():
+            if k > 1:
+                repeated.setdefault(f"{_show_level(first[label])} ({k} times)", []).append(s.key)
+    if repeated and jax.process_index() == 0:
+        what = "; ".join(f"{level} in {_names(keys)}" for level, keys in repeated.items())
+        results._report(f"dpjax: note: a repeated level runs and counts once: {what}")
+    return out
+
+
+def _names(keys: Sequence[str], limit: int = 3) -> str:
+    shown = ", ".join(repr(k) for k in keys[:limit])
+    return f"setting {shown}" if len(keys) == 1 else (
+        f"settings {shown}" + (f" and {len(keys) - limit} more" if len(keys) > limit else ""))
+
+
+def _show_level(level: Mapping[str, float]) -> str:
+    """The privacy part of a level for a message: ``epsilon=1`` (the swept budget keys, or
+    every key when it has none)."""
+    keys = [k for k in level if _BUDGET.match(k)] or list(level)
+    return ", ".join(f"{k}={float(level[k]):g}" for k in keys)
 
 
 def _signature(s: Setting) -> dict[str, Any]:

@@ -33,8 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import math
 import os
+import re
 import struct
 import sys
 import zlib
@@ -42,6 +45,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
@@ -50,6 +54,7 @@ from jax.sharding import PartitionSpec as P
 from dpjax import _cpu_prng, _validate
 from dpjax._validate import ConfigError
 from dpjax.base import Estimator, Sizes, run, run_padded
+from dpjax.mechanisms.statistics import PrivacyEvent
 
 # Studies draw most of their time's random numbers: JAX's unrolled threefry on CPU (same bits).
 _cpu_prng.install()
@@ -65,6 +70,7 @@ __all__ = [
     "chunk_bounds",
     "default_memory_budget_gb",
     "plan_run",
+    "program_fingerprint",
     "rep_bytes",
     "resolve_data_mode",
     "finished_prefix",
@@ -93,6 +99,10 @@ __all__ = [
 INIT_TAG = 0xFFFFFFFF  # fold_in tag of the starting-value key (blocks use 0, 1, 2, ...)
 TRUTH_TAG = 0xFFFFFFFE  # fold_in tag of a truth drawn per repetition (PerRepetition)
 EVENT_PREFIX = "__event"  # metric names of the privacy events' arrays (see split_events)
+#: the kernel's data check: 1 where a repetition's simulated data hold a NaN or infinite
+#: entry, else 0 (axes ``(reps, L)``, the same for every level); the study's ``on_invalid``
+#: policy reads it (:func:`run_setting`)
+NONFINITE_DATA = "__nonfinite_data"
 
 PyTree = Any
 
@@ -263,26 +273,38 @@ def _repetition(
     def block(b):
         return simulate(jax.random.fold_in(data_key_r, b), plan.block_size, truth)
 
-    if data_mode == "stream":
+    streamed = data_mode == "stream"
+    if streamed:
         data = block  # batch t generated inside the scan, shared by every level
+        # the data check counts each batch where it is drawn (no second draw)
+        stepper = estimator._replace(step=_counting_step(estimator.step))
     else:
-        blocks = jax.vmap(block)(jnp.arange(plan.num_blocks))  # leaves (num_blocks, bs, ...)
-        data = jax.tree_util.tree_map(
+        def counted_block(b):  # each block counted where it is drawn
+            x = block(b)
+            return x, _has_nonfinite(x)
+
+        blocks, counts = jax.vmap(counted_block)(jnp.arange(plan.num_blocks))
+        data = jax.tree_util.tree_map(  # leaves (num_blocks * bs, ...)
             lambda x: x.reshape((plan.num_records,) + x.shape[2:]), blocks)
+        stepper = estimator
+
+    def split(info):  # (events, a streamed step's data check)
+        return (info[0].events, info[1]) if streamed else (info.events, ())
 
     def record_step(state, info):
-        return record(state, truth), info.events
+        return record(state, truth), *split(info)
 
     def one_level(level_key, hp, s0):
         if final_only:  # one block of the study: its key fold_in(level_key, 0), then per step
-            final, events = run(estimator, jax.random.fold_in(level_key, 0), data, s0, hp,
-                                lambda state, info: info.events)
-            return jax.tree_util.tree_map(lambda x: x[None], record(final, truth)), events
-        return run(estimator, level_key, data, s0, hp, record_step)[1]
+            final, (events, bad) = run(stepper, jax.random.fold_in(level_key, 0), data, s0,
+                                       hp, lambda state, info: split(info))
+            return jax.tree_util.tree_map(lambda x: x[None], record(final, truth)), events, bad
+        return run(stepper, level_key, data, s0, hp, record_step)[1]
 
     # The one driver, vmapped over levels: the data (or each streamed batch) do not depend on
     # the level, so they are computed once for all levels.
-    trace, events = jax.vmap(one_level)(level_keys, hparams, state0)  # leaves (L, T or 1, ...)
+    trace, events, bad = jax.vmap(one_level)(level_keys, hparams, state0)  # (L, T or 1, ...)
+    nonfinite = (bad[0] if streamed else counts).max()
     record_levels = jax.vmap(record, in_axes=(0, None))
     rec0 = record_levels(state0, truth)  # (L, ...)
     if not isinstance(rec0, dict):
@@ -294,7 +316,31 @@ def _repetition(
     # the results are composed from the noise the run actually drew.
     for i, leaf in enumerate(jax.tree_util.tree_leaves(events)):
         out[f"{EVENT_PREFIX}{i}"] = leaf
+    # what a fit's on_invalid="raise" would refuse: the study applies the same policy
+    out[NONFINITE_DATA] = jnp.broadcast_to(nonfinite, (num_levels,))
     return out
+
+
+def _counting_step(step: Callable) -> Callable:
+    """``step`` that also checks its batch (:func:`_has_nonfinite`): ``info`` becomes
+    ``(info, flag)``."""
+    def counted(key, state, batch, hparams):
+        new_state, info = step(key, state, batch, hparams)
+        return new_state, (info, _has_nonfinite(batch))
+
+    return counted
+
+
+def _has_nonfinite(data: PyTree) -> jax.Array:
+    """1 if a data set's (or block's) float leaves hold a NaN or infinite entry, else 0.
+
+    Read off ``sum(x * 0)``, NaN exactly when some entry is (``inf * 0`` and ``NaN * 0`` are
+    NaN, every finite ``x * 0`` is 0, so nothing can overflow): one float reduction, which XLA
+    fuses where the data are drawn (a count of ``~isfinite(x)`` made a materialised study
+    1.7x slower on CPU)."""
+    flags = [jnp.isnan(jnp.sum(x * 0)).astype(jnp.int32) for x in jax.tree_util.tree_leaves(data)
+             if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    return functools.reduce(jnp.maximum, flags, jnp.zeros((), jnp.int32))
 
 
 def _as_typed_key(key: jax.Array) -> jax.Array:
@@ -378,6 +424,214 @@ def compile_count() -> int:
 
 
 _KERNELS: dict[tuple, Callable] = {}
+
+
+# --------------------------------------------------------------------------------------------
+# The program fingerprint: what a stored result was computed by
+# --------------------------------------------------------------------------------------------
+
+PROGRAM_FORMAT = 2  # bump when what program_fingerprint hashes changes
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
+def program_fingerprint(setting: Setting, cache: dict[Any, str] | None = None
+                        ) -> dict[str, Any]:
+    """What computes a setting's stored numbers, hashed: a result stored by a study is reused
+    only where this is unchanged (:class:`dpjax.results.ChunkStore`).
+
+    Returns ``{"program": HASH, "ledgers": {level_label: HASH, ...}}``:
+
+    * ``program`` hashes the traced computation of one repetition (the kernel's per-repetition
+      function, :func:`make_kernel`, for one level, at the setting's shapes and dtypes, in the
+      data mode ``"auto"`` picks): the jaxpr's text, the value of every constant it closes
+      over (arrays by their bytes) and the code of the functions its primitives keep as
+      parameters (e.g. a ``custom_vmap`` rule). Any edit of the estimator, ``simulate``,
+      ``init``, ``record`` or a calibration that changes what is computed changes it; so does
+      a new dpjax or JAX that traces differently. The number of levels and repetitions, the
+      chunking and the devices are not in it: a study grows. The values the kernel takes as
+      inputs (the truth, the levels, the keys) are not either: the store checks them itself
+      (the setting's signature, the level labels of every chunk, the configuration). Where the
+      estimator has a padded form (:class:`dpjax.base.Padded`), the shared path's data and
+      algorithm programs (:func:`make_shared_kernels`) traced at the setting's own sizes are
+      hashed too: a study may run the setting there, padded to the bucket of its shape family
+      (:func:`plan_programs`), with results equal up to float round-off; the bucket depends
+      on the study's other settings, the fingerprint does not.
+    * ``ledgers`` hashes, per level (by :func:`level_label`), the estimator's host ledger
+      (``estimator.ledger``) on fixed probe events (every event's sensitivity, scale and true
+      sensitivity 1, delta 1e-6), with the code of the ledger function: the path that turns
+      the stored events into ``epsilon_delivered`` must be the one that ran with them.
+
+    Tracing costs a fraction of a second per setting; nothing is compiled or computed.
+    ``cache``: a dict to share one trace between the settings of one run that have the same
+    functions and shapes (a run's settings are fingerprinted in one go; a later call must
+    trace again, since the code under those functions may have changed since).
+    """
+    h = hashlib.sha256(f"program-format:{PROGRAM_FORMAT}".encode())
+    h.update(_traced_digest(setting, cache).encode())
+    shapes = _event_shapes(setting) if setting.estimator.ledger is not None else None
+    return {"program": h.hexdigest()[:16],
+            "ledgers": {level_label(lv): _ledger_digest(setting, lv, shapes)
+                        for lv in setting.levels}}
+
+
+def _traced_digest(setting: Setting, cache: dict[Any, str] | None) -> str:
+    args = (setting.estimator, setting.simulate, setting.init, setting.record, setting.plan,
+            resolve_data_mode(setting), setting.draw_truth, setting.final_only,
+            tuple(np.shape(setting.fixed_truth)), np.asarray(setting.fixed_truth).dtype.str,
+            setting.hparams_type)
+    if cache is None:
+        return _trace_digest(*args)
+    if args not in cache:
+        cache[args] = _trace_digest(*args)
+    return cache[args]
+
+
+def _trace_digest(estimator, simulate, init, record, plan, data_mode, draw_truth, final_only,
+                  truth_shape, truth_dtype, hparams_type) -> str:
+    rep_fn = functools.partial(_repetition, estimator, simulate, init, record, plan, data_mode,
+                               draw_truth, final_only)
+    key = jax.ShapeDtypeStruct(jax.random.key_data(jax.random.key(0)).shape, jnp.uint32)
+    one = jax.ShapeDtypeStruct((1,), jnp.float32)  # one level, as Setting.hparams makes it
+    closed = jax.make_jaxpr(rep_fn)(
+        jax.ShapeDtypeStruct((), jnp.uint32), key, key,
+        jax.ShapeDtypeStruct(truth_shape, np.dtype(truth_dtype)),
+        hparams_type(*(one for _ in hparams_type._fields)),
+        jax.ShapeDtypeStruct((1,), jnp.uint32))
+    h = hashlib.sha256(str(closed).encode())
+    _hash_constants(closed, h, set())
+    if getattr(estimator, "padded", None) is not None:
+        _padded_digest(estimator, simulate, init, record, plan, draw_truth, final_only, key,
+                       jax.ShapeDtypeStruct(truth_shape, np.dtype(truth_dtype)),
+                       hparams_type(*(one for _ in hparams_type._fields)), h)
+    return h.hexdigest()
+
+
+def _padded_digest(estimator, simulate, init, record, plan, draw_truth, final_only, key, truth,
+                   hparams, h) -> None:
+    """Add to ``h`` the shared path's computation of one repetition (its data program and its
+    padded form's algorithm program, :func:`make_shared_kernels`) traced at the setting's own
+    sizes: no padding beyond its own rows and steps, whatever bucket a study puts it in (a
+    study that grows by settings changes the bucket, not the program), so an edit of the
+    padded form's step or of the padding is seen. Its results equal the per-setting kernel's
+    up to float round-off (tests/test_sweep_shared.py)."""
+    rows = (plan.num_records // estimator.num_steps if estimator.batching == "disjoint"
+            else plan.num_records)
+    program = Program(estimator.num_steps, rows, 1)
+    reps = jax.ShapeDtypeStruct((1,), jnp.uint32)
+    data_fn = _shared_data_fn(simulate, init, plan, draw_truth, estimator.batching,
+                              estimator.num_steps, program)
+    closed = jax.make_jaxpr(data_fn)(reps, key, truth)
+    h.update(str(closed).encode())
+    _hash_constants(closed, h, set())
+    data, params0, truth_r, _ = jax.eval_shape(data_fn, reps, key, truth)
+    count = jax.ShapeDtypeStruct((), jnp.int32)
+    closed = jax.make_jaxpr(_shared_alg_fn(estimator.padded, record, final_only, program.steps))(
+        reps, key, data, params0, truth_r, hparams, jax.ShapeDtypeStruct((1,), jnp.uint32),
+        count, count)
+    h.update(str(closed).encode())
+    _hash_constants(closed, h, set())
+
+
+def _hash_constants(closed: Any, h: Any, seen: set[int]) -> None:
+    """Add to ``h`` the values of a closed jaxpr's constants and, recursively, those of the
+    jaxprs and functions its equations carry as parameters (the jaxpr's text names them
+    only by shape)."""
+    if id(closed) in seen:
+        return
+    seen.add(id(closed))
+    for c in getattr(closed, "consts", ()):
+        _hash_value(c, h, seen)
+    jaxpr = getattr(closed, "jaxpr", closed)
+    for eqn in getattr(jaxpr, "eqns", ()):
+        for name in sorted(eqn.params):
+            _hash_value(eqn.params[name], h, seen)
+
+
+def _hash_value(value: Any, h: Any, seen: set[int], depth: int = 0) -> None:
+    if isinstance(value, jax.extend.core.ClosedJaxpr | jax.extend.core.Jaxpr):
+        _hash_constants(value, h, seen)
+    elif isinstance(value, tuple | list):
+        for v in value:
+            _hash_value(v, h, seen, depth)
+    elif isinstance(value, np.ndarray | jax.Array) and not isinstance(value, jax.core.Tracer):
+        arr = np.asarray(value) if not jnp.issubdtype(value.dtype, jax.dtypes.prng_key) \
+            else np.asarray(jax.random.key_data(value))
+        h.update(f"{arr.dtype.str}{arr.shape}".encode())
+        h.update(np.ascontiguousarray(arr).tobytes())
+    elif callable(value) and depth < 3:
+        _hash_code(value, h, seen, depth)
+
+
+def _hash_code(fn: Any, h: Any, seen: set[int], depth: int = 0) -> None:
+    """The bytecode, constants and names of a Python function (through ``functools.partial``
+    and wrappers), and what its closure holds: arrays by value, functions by their code."""
+    while isinstance(fn, functools.partial):
+        for v in (*fn.args, *fn.keywords.values()):
+            _hash_value(v, h, seen, depth + 1)
+        fn = fn.func
+    fn = getattr(fn, "__wrapped__", fn)
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None or id(code) in seen:
+        return
+    seen.add(id(code))
+
+    def walk(co):
+        h.update(co.co_code)
+        h.update(repr(co.co_names).encode())
+        for c in co.co_consts:
+            walk(c) if hasattr(c, "co_code") else h.update(_stable_repr(c).encode())
+
+    walk(code)
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(v, int | float | str | bool | type(None)):
+            h.update(repr(v).encode())
+        else:
+            _hash_value(v, h, seen, depth + 1)
+
+
+def _stable_repr(value: Any) -> str:
+    """``repr`` with sets in sorted order (a set constant's order varies with the string hash
+    seed of each process)."""
+    if isinstance(value, frozenset | set):
+        return "{" + ", ".join(sorted(_stable_repr(v) for v in value)) + "}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_stable_repr(v) for v in value) + ")"
+    return repr(value)
+
+
+def _ledger_digest(setting: Setting, level: dict[str, float], shapes: Any) -> str:
+    """The estimator's ledger of ``level`` on fixed probe events, hashed with its code (an
+    error it raises there is hashed too: it is what that code does)."""
+    fn = setting.estimator.ledger
+    if fn is None:
+        return "none"
+    h = hashlib.sha256()
+    _hash_code(fn, h, set())
+    T = setting.estimator.num_steps
+
+    def probe(leaf):
+        if isinstance(leaf, PrivacyEvent):
+            f = lambda v: np.full((T,) + tuple(np.shape(leaf.scale)), v)  # noqa: E731
+            return dataclasses.replace(leaf, sensitivity=f(1.0), scale=f(1.0),
+                                       true_sensitivity=f(1.0), delta=f(1e-6))
+        return np.ones((T,) + tuple(leaf.shape), leaf.dtype)
+
+    events = jax.tree_util.tree_map(probe, shapes,
+                                    is_leaf=lambda x: isinstance(x, PrivacyEvent))
+    hp = setting.hparams_type(*(np.asarray(level[f], np.float64)
+                                for f in setting.hparams_type._fields))
+    try:
+        out = fn(setting.n, hp, events)
+        text = json.dumps(out.to_dict() if hasattr(out, "to_dict") else out, sort_keys=True,
+                          default=str)
+    except Exception as exc:  # noqa: BLE001 - the refusal is that code's answer
+        text = f"{type(exc).__name__}: {exc}"
+    h.update(_ADDRESS.sub("0x", text).encode())  # no object address: the same in every run
+    return h.hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------------------------
@@ -495,8 +749,9 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
 
 
 def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, program):
-    """Repetition ``r``'s padded data, start values and truth (the draws of
-    :func:`_repetition`, bit for bit, before padding)."""
+    """Repetition ``r``'s padded data, start values, truth and data check (the draws of
+    :func:`_repetition`, bit for bit, before padding; the check, :func:`_has_nonfinite`, reads
+    every drawn record, as :func:`_repetition` does, and none of the padding's zeros)."""
 
     def one(r, data_key, truth):
         data_key = _as_typed_key(data_key)
@@ -522,7 +777,8 @@ def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, progr
                    + [(0, 0)] * (batches.ndim - 2))
             return jnp.pad(batches, pad)
 
-        return jax.tree_util.tree_map(layout, blocks), params0, truth
+        return (jax.tree_util.tree_map(layout, blocks), params0, truth,
+                _has_nonfinite(blocks))
 
     def chunk(reps, data_key, truth):
         return jax.vmap(one, in_axes=(0, None, None))(reps, data_key, truth)
@@ -589,10 +845,11 @@ def _jit_over_reps(fn: Callable, num_devices: int, rep_args: Sequence[bool]) -> 
 def make_shared_kernels(setting: Setting, program: Program, num_devices: int = 1
                         ) -> tuple[Callable, Callable]:
     """``(data, algorithm)``: the setting's data program ``(reps (C,), data_key, truth) ->
-    (data, params0, truth)`` (padded to ``program``) and its family's algorithm program
-    ``(reps, noise_key, data, params0, truth, hparams (L,), ids (L,), count, num_steps)`` ->
-    record ``(C, L, program.steps + 1)``, shared by every setting of the family at these
-    sizes (cached: a study compiles it once)."""
+    (data, params0, truth, nonfinite (C,))`` (padded to ``program``; ``nonfinite``: 1 where a
+    repetition's drawn data hold a NaN or infinite entry, see :data:`NONFINITE_DATA`) and its
+    family's algorithm program ``(reps, noise_key, data, params0, truth, hparams (L,),
+    ids (L,), count, num_steps)`` -> record ``(C, L, program.steps + 1)``, shared by every
+    setting of the family at these sizes (cached: a study compiles it once)."""
     est = setting.estimator
     data_key = (setting.simulate, setting.init, setting.plan, setting.draw_truth,
                 est.batching, est.num_steps, program, num_devices)
@@ -811,6 +1068,7 @@ def run_setting(
     levels: Sequence[dict[str, float]] | None = None,
     bounds: Sequence[tuple[int, int]] | None = None,
     plan: RunPlan | None = None,
+    on_invalid: str = "raise",
     program: Program | None = None,
     programs: dict[str, Any] | None = None,
 ) -> np.ndarray:
@@ -839,12 +1097,20 @@ def run_setting(
             chunk_size)``); they tile ``0 .. reps - 1`` and the last may reach past ``reps``
             (a stored chunk of a larger run: only the first ``reps`` repetitions are read).
         plan: a :func:`plan_run` plan; gives ``chunk_size``, ``data_mode`` and ``bounds``.
+        on_invalid: what a repetition whose simulated data hold NaN or infinite entries
+            does, as in a fit (:func:`dpjax._validate.check_on_invalid`): ``"raise"`` (the
+            default) refuses it with a :class:`~dpjax.config.ConfigError` naming the setting
+            and the repetitions, before its chunk is stored; ``"clip"`` keeps it (the
+            estimators' bounded statistics sanitise the entries, as a fit with
+            ``on_invalid="clip"`` does). Either way the output's :data:`NONFINITE_DATA`
+            array flags those repetitions.
         program: the padded sizes of the shared program to run in (:func:`plan_programs`;
             its estimator must have a padded form); default: a program of its own
             (:func:`make_kernel`).
         programs: a dict to fill with the program the setting ran: ``{"program": id,
             "compiled": bool}`` (whether this run compiled it or reused a compiled one).
     """
+    on_invalid = _validate.check_on_invalid(on_invalid)
     if plan is not None:
         chunk_size, data_mode, bounds = plan.chunk_size, plan.data_mode, plan.bounds
     reps = _validate.check_int_in_range(reps, "reps", 1)
@@ -862,9 +1128,11 @@ def run_setting(
         if a >= reps:
             break
         if _is_stored(store, setting.key, i, runner.multi):
-            arr = _reuse_chunk(runner, store, i, a, b, reps, levels)
+            arr = _reuse_chunk(runner, store, i, a, b, reps, levels, on_invalid)
+            if on_invalid == "raise" and arr is not None:
+                _refuse_nonfinite(setting, arr, a, min(b, reps))
         else:
-            arr = runner.compute(a, b, levels)
+            arr = runner.compute(a, b, levels, on_invalid)
             if store is not None and runner.primary:
                 if hasattr(store, "levels_of"):
                     store.save_levels(setting.key, i, [level_label(lv) for lv in levels])
@@ -918,10 +1186,11 @@ class _SettingRunner:
                    _rep_sharding(devices)[1] if devices > 1 else None,
                    jax.process_count() > 1, jax.process_index() == 0, tally)
 
-    def compute(self, a: int, b: int, lvls: Sequence[dict[str, float]]
-                ) -> dict[str, np.ndarray]:
+    def compute(self, a: int, b: int, lvls: Sequence[dict[str, float]],
+                on_invalid: str = "raise") -> dict[str, np.ndarray]:
         """Repetitions ``a .. b - 1`` of levels ``lvls``: ``metric -> (b - a, len(lvls), ...)``;
-        a non-finite metric (other than an event) raises."""
+        non-finite simulated data (with ``on_invalid="raise"``) or a non-finite metric (other
+        than an event) raises."""
         setting, padded = self.setting, self.padded
         hparams = jax.tree_util.tree_map(np.asarray, setting.hparams(lvls))
         ids = setting.level_ids(lvls)
@@ -930,6 +1199,8 @@ class _SettingRunner:
             parts.append({k: v[: min(padded, b - a2)]
                           for k, v in self._call(a2, hparams, ids).items()})
         arr = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
+        if on_invalid == "raise":
+            _refuse_nonfinite(setting, arr, a, b)
         bad = [k for k, v in arr.items()
                if not k.startswith(EVENT_PREFIX) and not np.isfinite(v).all()]
         if bad:
@@ -963,6 +1234,23 @@ class _SettingRunner:
         if not isinstance(res, dict):
             raise TypeError("a setting's record must return a dict of named metrics")
         return {k: np.asarray(v) for k, v in res.items()}
+
+
+def _refuse_nonfinite(setting: Setting, arr: dict[str, np.ndarray], a: int, b: int) -> None:
+    """The ``on_invalid="raise"`` policy on repetitions ``a .. b - 1`` (the rows of ``arr``):
+    one line naming the setting and the repetitions whose simulated data are not finite."""
+    flags = arr.get(NONFINITE_DATA)
+    if flags is None:
+        return
+    bad = np.flatnonzero(np.asarray(flags)[: b - a].reshape(b - a, -1).max(axis=1))
+    if bad.size:
+        reps = ", ".join(str(a + int(r)) for r in bad[:5]) + (", ..." if bad.size > 5 else "")
+        raise ConfigError(
+            f"setting {setting.key!r}: simulate returned data with NaN or infinite entries "
+            f"in {bad.size} of repetitions {a}..{b - 1} (repetition {reps}), which a fit "
+            "refuses (on_invalid='raise'); "
+            "fix simulate, or run with --on-invalid clip (run_experiment(on_invalid='clip')) "
+            "to let the estimators sanitise them as a fit with on_invalid='clip' does")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1004,7 +1292,8 @@ class _SharedRunner(_SettingRunner):
         else:
             reps_in = idx
         setting, prog = self.setting, self.program
-        data, params0, truth = self.data_kernel(reps_in, self.data_key, setting.fixed_truth)
+        data, params0, truth, bad = self.data_kernel(reps_in, self.data_key,
+                                                     setting.fixed_truth)
         count = np.int32(_data_rows(setting))
         num_steps = np.int32(setting.estimator.num_steps)
         total = len(ids)
@@ -1027,7 +1316,15 @@ class _SharedRunner(_SettingRunner):
             steps = setting.estimator.num_steps
             parts.append({k: np.asarray(v)[:, :keep, :steps if k.startswith(EVENT_PREFIX) else (
                 v.shape[2] if setting.final_only else steps + 1)] for k, v in res.items()})
-        return {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+        out = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+        if self.multi:
+            from jax.experimental import multihost_utils
+
+            bad = multihost_utils.process_allgather(bad, tiled=True)
+        # the data check of the data program, per repetition and level (as _repetition's)
+        out[NONFINITE_DATA] = np.broadcast_to(
+            np.asarray(jax.device_get(bad))[:, None], (len(bad), total)).copy()
+        return out
 
 
 def _cache_size(kernel: Callable) -> int:
@@ -1052,7 +1349,8 @@ def _is_stored(store: Any, key: str, i: int, multi: bool) -> bool:
 
 
 def _reuse_chunk(runner: _SettingRunner, store: Any, i: int, a: int, b: int, reps: int,
-                 levels: Sequence[dict[str, float]]) -> dict[str, np.ndarray] | None:
+                 levels: Sequence[dict[str, float]], on_invalid: str = "raise"
+                 ) -> dict[str, np.ndarray] | None:
     """Stored chunk ``i`` (repetitions ``a .. b - 1``) with the levels asked for, in their
     order: levels it lacks (the study grew) are computed, and the chunk is rewritten with
     every level. ``None`` on a non-zero process (only process 0 reads the store)."""
@@ -1063,7 +1361,7 @@ def _reuse_chunk(runner: _SettingRunner, store: Any, i: int, a: int, b: int, rep
     stored = list(store.levels_of(key, i) or labels) if growable else labels
     missing = [lv for lv, lab in zip(levels, labels) if lab not in stored]
     if missing:  # the study grew: these levels' draws, for the stored repetitions
-        new = runner.compute(a, b, missing)
+        new = runner.compute(a, b, missing, on_invalid)
         if primary:
             arr = {k: np.concatenate([arr[k], new[k]], axis=1) for k in arr}
             stored = stored + [level_label(lv) for lv in missing]
@@ -1288,6 +1586,11 @@ def _check_record(setting: Setting, state: Any, truth: Any, where: str, rec: str
 def event_structure(setting: Setting) -> Any:
     """The tree structure of one step's ``info.events`` (kinds, norms: the static part), read
     off the step's abstract evaluation; :func:`split_events` rebuilds events with it."""
+    return jax.tree_util.tree_structure(_event_shapes(setting))
+
+
+def _event_shapes(setting: Setting) -> Any:
+    """One step's ``info.events`` by abstract evaluation (leaves ``ShapeDtypeStruct``)."""
     truth = setting.example_truth()
     data = jax.eval_shape(
         lambda k: setting.simulate(k, setting.plan.block_size, truth), jax.random.key(0))
@@ -1304,16 +1607,18 @@ def event_structure(setting: Setting) -> Any:
                                          jax.tree_util.tree_map(jnp.zeros_like, data), hp)
         return info.events
 
-    return jax.tree_util.tree_structure(jax.eval_shape(one, jax.random.key(0)))
+    return jax.eval_shape(one, jax.random.key(0))
 
 
 def split_events(metrics: dict[str, np.ndarray], structure: Any
                  ) -> tuple[dict[str, np.ndarray], Any]:
     """``(metrics without the events, events)``: the events rebuilt with ``structure``, their
-    arrays with axes ``(reps, L, T)`` (every entry one release)."""
+    arrays with axes ``(reps, L, T)`` (every entry one release). The data check's
+    :data:`NONFINITE_DATA` is left out of the metrics too."""
     names = sorted((k for k in metrics if k.startswith(EVENT_PREFIX)),
                    key=lambda k: int(k[len(EVENT_PREFIX):]))
-    rest = {k: v for k, v in metrics.items() if not k.startswith(EVENT_PREFIX)}
+    rest = {k: v for k, v in metrics.items()
+            if not k.startswith(EVENT_PREFIX) and k != NONFINITE_DATA}
     return rest, jax.tree_util.tree_unflatten(structure, [metrics[k] for k in names])
 
 
