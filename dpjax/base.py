@@ -431,6 +431,28 @@ def fit(
     return FitResult(estimate, to_np(trace), ledger, hparams, to_np(final))
 
 
+_EVENTS_CACHE: dict[Any, Callable] = {}
+
+
+def _events_fn(estimator: Estimator) -> Callable:
+    """A jitted run that records only the privacy events (one compile per estimator/shape;
+    new hyperparameter values do not recompile): the ledger's inputs from public values, for
+    :func:`dpjax.calibrate` and an accountant's prediction (:func:`_predicted_ledger`)."""
+    fn = _EVENTS_CACHE.get(estimator)
+    if fn is None:
+        def events(data, state, hparams):
+            _, ev = run(estimator, jax.random.key(0), data, state, hparams,
+                        record=lambda s, info: info.events)
+            return ev
+
+        fn = _EVENTS_CACHE.setdefault(estimator, jax.jit(events))
+    return fn
+
+
+def _zeros_like(data: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x: jnp.zeros(jnp.shape(x), jnp.result_type(x)), data)
+
+
 def _predicted_ledger(estimator, n, data, state0, hparams, secure):
     """The fit's ledger before it runs, from public values only: the events of a run on an
     all-zero data set of the same shapes (the noise scales and sensitivities depend on ``n``,
@@ -439,7 +461,6 @@ def _predicted_ledger(estimator, n, data, state0, hparams, secure):
     if estimator.ledger is None:
         raise ValueError(f"{estimator.name}: an accountant needs an estimator with a ledger")
     from dpjax.accounting import ApproxDP
-    from dpjax.calibrate import _events_fn, _zeros_like
 
     events = _events_fn(estimator)(_zeros_like(data), state0,
                                    jax.tree_util.tree_map(jnp.asarray, hparams))

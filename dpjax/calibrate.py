@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax.accounting import DELIVERY_RTOL, ZCDP, ApproxDP, Budget, Ledger
-from dpjax.base import Estimator, FitResult, fit, run
+from dpjax.base import Estimator, FitResult, _events_fn, _zeros_like, fit
 
 __all__ = ["Calibration", "CalibrationError", "budget_fields", "calibrate", "calibrated_fit",
            "delivered_fraction"]
@@ -164,27 +164,6 @@ def _spent(ledger: Ledger, target: Budget) -> float:
         return ledger.approx_dp.epsilon / target.epsilon
     got = ledger.guarantee
     return (got.rho if isinstance(got, ZCDP) else math.inf) / target.rho
-
-
-_EVENTS_CACHE: dict[Any, Callable] = {}
-
-
-def _events_fn(estimator: Estimator) -> Callable:
-    """A jitted run that records only the privacy events (one compile per estimator/shape;
-    new hyperparameter values do not recompile)."""
-    fn = _EVENTS_CACHE.get(estimator)
-    if fn is None:
-        def events(data, state, hparams):
-            _, ev = run(estimator, jax.random.key(0), data, state, hparams,
-                        record=lambda s, info: info.events)
-            return ev
-
-        fn = _EVENTS_CACHE.setdefault(estimator, jax.jit(events))
-    return fn
-
-
-def _zeros_like(data: Any) -> Any:
-    return jax.tree_util.tree_map(lambda x: jnp.zeros(jnp.shape(x), jnp.result_type(x)), data)
 
 
 def _level(hparams: Any, fields: Sequence[str], i: int | None) -> Any:
