@@ -405,18 +405,45 @@ def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_device
         )
 
     if num_devices == 1:
-        return jax.jit(chunk)
+        return _Kernel(chunk)
     mesh, by_rep = _rep_sharding(num_devices)
     sharded = jax.shard_map(
         chunk, mesh=mesh, in_specs=(P("reps"), P(), P(), P(), P(), P()), out_specs=P("reps"),
         check_vma=False,
     )
     replicated = NamedSharding(mesh, P())
-    return jax.jit(sharded, in_shardings=(by_rep,) + (replicated,) * 5)
+    return _Kernel(sharded, in_shardings=(by_rep,) + (replicated,) * 5)
+
+
+class _Kernel:
+    """``jax.jit(fn, **jit_kwargs)`` that counts the programs it builds: JAX traces ``fn``
+    exactly when it needs a program it does not hold (a new shape signature, or one its caches
+    let go), so :meth:`_cache_size` is the number of programs built for this kernel. (jit's own
+    ``_cache_size`` reads the dispatch fast path, one process-wide LRU of 8192 entries that a
+    long session fills: an entry is dropped there without any recompile, and the count falls.)
+    """
+
+    def __init__(self, fn: Callable, **jit_kwargs: Any) -> None:
+        self.traces = 0
+
+        def traced(*args):
+            self.traces += 1
+            return fn(*args)
+
+        self._jitted = jax.jit(traced, **jit_kwargs)
+
+    def __call__(self, *args: Any) -> Any:
+        return self._jitted(*args)
+
+    def lower(self, *args: Any) -> Any:
+        return self._jitted.lower(*args)
+
+    def _cache_size(self) -> int:
+        return self.traces
 
 
 def compile_count() -> int:
-    """Total compiled entries of all sweep kernels made so far (for no-recompile tests): the
+    """Programs built by all sweep kernels made so far (for no-recompile tests): the
     per-setting kernels of :func:`make_kernel` and the shared algorithm programs of
     :func:`make_shared_kernels` (their small per-setting data programs are counted by
     :func:`data_compile_count`)."""
@@ -833,13 +860,13 @@ def _jit_over_reps(fn: Callable, num_devices: int, rep_args: Sequence[bool]) -> 
     """``jit(fn)``; with several devices its repetition axis (the arguments flagged in
     ``rep_args`` and every output) is split over them with ``shard_map``."""
     if num_devices == 1:
-        return jax.jit(fn)
+        return _Kernel(fn)
     mesh, by_rep = _rep_sharding(num_devices)
     replicated = NamedSharding(mesh, P())
     sharded = jax.shard_map(fn, mesh=mesh, in_specs=tuple(P("reps") if a else P()
                                                           for a in rep_args),
                             out_specs=P("reps"), check_vma=False)
-    return jax.jit(sharded, in_shardings=tuple(by_rep if a else replicated for a in rep_args))
+    return _Kernel(sharded, in_shardings=tuple(by_rep if a else replicated for a in rep_args))
 
 
 def make_shared_kernels(setting: Setting, program: Program, num_devices: int = 1

@@ -98,12 +98,10 @@ def test_settings_that_differ_only_in_n_compile_one_program(tmp_path):
 
     exp = Experiment(name="shared", title="t", defaults={"n_grid": ns}, settings=settings,
                      reps=3, quick_reps=2)
+    before = sweep.compile_count()
     study.run_experiment(exp, tmp_path, reps=3, seed=0, progress=False, num_devices=1)
-    # one algorithm program for the three n: compiled by the first setting, reused by the
-    # others (each flag compares the program's own jit cache before and after the setting; the
-    # suite-wide sweep.compile_count() is not used here: JAX's jit caches share one bounded
-    # LRU, so late in a long test session a new entry can evict an old kernel's and the sum
-    # stays put)
+    # one algorithm program for the three n: compiled by the first setting, reused by the others
+    assert sweep.compile_count() == before + 1
     meta = json.loads((tmp_path / "config.json").read_text())["settings"]
     assert len({m["program"] for m in meta}) == 1
     assert [m["compiled"] for m in meta] == [True, False, False]
@@ -114,6 +112,7 @@ def test_without_grouping_each_setting_runs_its_own_kernel():
     """The grouping is what shares: run alone (no program), each n has its own kernel, and a
     setting alone in its bucket is left out of the plan."""
     d = 27
+    before = sweep.compile_count()
     programs = set()
     for n in (300, 400):
         info = {}
@@ -122,6 +121,7 @@ def test_without_grouping_each_setting_runs_its_own_kernel():
         assert info["compiled"]  # its own kernel, compiled for it (see the test above)
         programs.add(info["program"])
     assert len(programs) == 2
+    assert sweep.compile_count() == before + 2
     assert sweep.plan_programs([_em_setting(300, d), _em_setting(2000, d)]) == {}
 
 
