@@ -1245,12 +1245,7 @@ class _SettingRunner:
 
     def _call(self, start: int, hparams: Any, ids: Any) -> dict[str, np.ndarray]:
         """One kernel call: repetitions ``start .. start + padded - 1``, on the host."""
-        idx = np.arange(start, start + self.padded, dtype=np.uint32)
-        if self.rep_sharding is not None:
-            reps_in = jax.make_array_from_callback((self.padded,), self.rep_sharding,
-                                                   lambda index: idx[index])
-        else:
-            reps_in = idx
+        reps_in = _rep_indices(start, self.padded, self.rep_sharding)
         res = self.kernel(reps_in, self.data_key, self.noise_key, self.setting.fixed_truth,
                           hparams, ids)
         if self.multi:
@@ -1312,12 +1307,7 @@ class _SharedRunner(_SettingRunner):
                 f"{', final only' if self.setting.final_only else ''}]")
 
     def _call(self, start: int, hparams: Any, ids: Any) -> dict[str, np.ndarray]:
-        idx = np.arange(start, start + self.padded, dtype=np.uint32)
-        if self.rep_sharding is not None:
-            reps_in = jax.make_array_from_callback((self.padded,), self.rep_sharding,
-                                                   lambda index: idx[index])
-        else:
-            reps_in = idx
+        reps_in = _rep_indices(start, self.padded, self.rep_sharding)
         setting, prog = self.setting, self.program
         data, params0, truth, bad = self.data_kernel(reps_in, self.data_key,
                                                      setting.fixed_truth)
@@ -1352,6 +1342,15 @@ class _SharedRunner(_SettingRunner):
         out[NONFINITE_DATA] = np.broadcast_to(
             np.asarray(jax.device_get(bad))[:, None], (len(bad), total)).copy()
         return out
+
+
+def _rep_indices(start: int, padded: int, sharding: Any) -> Any:
+    """Repetitions ``start .. start + padded - 1`` as a kernel's first input: a host array, or
+    with several devices (or processes) one placed by the repetition sharding."""
+    idx = np.arange(start, start + padded, dtype=np.uint32)
+    if sharding is None:
+        return idx
+    return jax.make_array_from_callback((padded,), sharding, lambda index: idx[index])
 
 
 def _cache_size(kernel: Callable) -> int:
