@@ -327,9 +327,40 @@ def _fit_record(output, record):
     return rec
 
 
-@functools.partial(jax.jit, static_argnames=("estimator", "output", "record"))
-def _fit_run(estimator, key, data, state, hparams, output, record):
+class CountingJit:
+    """``jax.jit(fn, **jit_kwargs)`` that counts the programs it builds: JAX traces ``fn``
+    exactly when it needs a program it does not hold (a new shape signature or static
+    argument, or one its caches let go), so :meth:`_cache_size` is the number of programs built
+    for this function (for no-recompile checks). (jit's own ``_cache_size`` reads the dispatch
+    fast path, one process-wide LRU that a long session fills: an entry is dropped there
+    without any recompile, and the count falls, even to 0 right after a call.) Static
+    arguments are named by position (``static_argnums``): the wrapper takes ``*args``."""
+
+    def __init__(self, fn: Callable, **jit_kwargs: Any) -> None:
+        self.traces = 0
+
+        def traced(*args):
+            self.traces += 1
+            return fn(*args)
+
+        self._jitted = jax.jit(traced, **jit_kwargs)
+
+    def __call__(self, *args: Any) -> Any:
+        return self._jitted(*args)
+
+    def lower(self, *args: Any) -> Any:
+        return self._jitted.lower(*args)
+
+    def _cache_size(self) -> int:
+        return self.traces
+
+
+def _fit_run_impl(estimator, key, data, state, hparams, output, record):
     return run(estimator, key, data, state, hparams, record=_fit_record(output, record))
+
+
+#: The compiled fit: one program per estimator, shapes, output and record.
+_fit_run = CountingJit(_fit_run_impl, static_argnums=(0, 5, 6))
 
 
 def fit(

@@ -53,7 +53,7 @@ from jax.sharding import PartitionSpec as P
 
 from dpjax import _cpu_prng, _validate
 from dpjax._validate import ConfigError
-from dpjax.base import Estimator, Sizes, run, run_padded
+from dpjax.base import CountingJit, Estimator, Sizes, run, run_padded
 from dpjax.mechanisms.statistics import PrivacyEvent
 
 # Studies draw most of their time's random numbers: JAX's unrolled threefry on CPU (same bits).
@@ -415,31 +415,7 @@ def _build_kernel(estimator, simulate, init, record, plan, data_mode, num_device
     return _Kernel(sharded, in_shardings=(by_rep,) + (replicated,) * 5)
 
 
-class _Kernel:
-    """``jax.jit(fn, **jit_kwargs)`` that counts the programs it builds: JAX traces ``fn``
-    exactly when it needs a program it does not hold (a new shape signature, or one its caches
-    let go), so :meth:`_cache_size` is the number of programs built for this kernel. (jit's own
-    ``_cache_size`` reads the dispatch fast path, one process-wide LRU of 8192 entries that a
-    long session fills: an entry is dropped there without any recompile, and the count falls.)
-    """
-
-    def __init__(self, fn: Callable, **jit_kwargs: Any) -> None:
-        self.traces = 0
-
-        def traced(*args):
-            self.traces += 1
-            return fn(*args)
-
-        self._jitted = jax.jit(traced, **jit_kwargs)
-
-    def __call__(self, *args: Any) -> Any:
-        return self._jitted(*args)
-
-    def lower(self, *args: Any) -> Any:
-        return self._jitted.lower(*args)
-
-    def _cache_size(self) -> int:
-        return self.traces
+_Kernel = CountingJit
 
 
 def compile_count() -> int:

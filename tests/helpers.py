@@ -22,8 +22,22 @@ def assert_scale_with_power(samples, dist: str, scale: float) -> None:
         assert p_wrong < FAIL_P, f"{dist}({scale * factor:g}) not rejected, p = {p_wrong:g}"
 
 
+def counting_jit(fn, **jit_kwargs):
+    """``jax.jit(fn, **jit_kwargs)`` that counts its traces (static arguments by position):
+    what :func:`compile_count` reads."""
+    from dpjax.base import CountingJit
+
+    return CountingJit(fn, **jit_kwargs)
+
+
 def compile_count(jitted) -> int:
-    """Number of compiled entries in a ``jax.jit`` function's cache."""
+    """Programs built by a :func:`counting_jit` function (or ``dpjax.base._fit_run``): its
+    traces. Not jit's own ``_cache_size``, which reads a process-wide dispatch LRU that a long
+    test session fills (it read 0 right after a call in CI)."""
+    from dpjax.base import CountingJit
+
+    if not isinstance(jitted, CountingJit):
+        raise TypeError("compile_count needs a counting_jit function, not a plain jax.jit")
     return jitted._cache_size()
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from dpjax import base, registry
+from dpjax.base import CountingJit
 from tests.helpers import same_key
 
 
@@ -80,7 +81,7 @@ def _trace_all(state, info):
 
 #: base.run with the record above: one compile per estimator (the hyperparameters are arrays,
 #: so every privacy level, the extreme ones included, runs the same kernel)
-_RUN = jax.jit(base.run, static_argnums=(0, 5))
+_RUN = CountingJit(base.run, static_argnums=(0, 5))
 
 
 def _run(case, key, eps):

@@ -17,7 +17,7 @@ import pytest
 from scipy import stats
 
 from dpjax import discrete_noise as dn
-from tests.helpers import FAIL_P, PASS_P, compile_count, same_key
+from tests.helpers import FAIL_P, PASS_P, compile_count, counting_jit, same_key
 
 N_KEYS, PER_KEY = 100, 1000  # 1e5 draws per parameter
 WIDE = np.arange(-5000, 5001)  # support for the reference pmfs (tails far below 1e-30)
@@ -249,8 +249,8 @@ def test_vmap_over_keys_equals_separate_calls(key):
 
 def test_budget_changes_do_not_recompile_and_invalid_traced_budgets_fail_closed(key):
     value = jnp.linspace(-1.0, 1.0, 8)
-    lap = jax.jit(lambda k, eps: dn.secure_laplace_mechanism(k, value, 0.5, eps, 2.0**-4))
-    gau = jax.jit(lambda k, rho: dn.secure_gaussian_mechanism(k, value, 0.5, rho, 2.0**-4))
+    lap = counting_jit(lambda k, eps: dn.secure_laplace_mechanism(k, value, 0.5, eps, 2.0**-4))
+    gau = counting_jit(lambda k, rho: dn.secure_gaussian_mechanism(k, value, 0.5, rho, 2.0**-4))
     keys = jax.random.split(key, 11)
     for i, budget in enumerate([0.5, 2.0, jnp.inf]):
         out, info = lap(keys[i], jnp.float32(budget))

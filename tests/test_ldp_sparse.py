@@ -19,7 +19,14 @@ from dpjax import audit, base
 from dpjax import local_randomizers as LR
 from dpjax.algorithms import ldp_sparse as L
 from dpjax.models import sparse_lr as M
-from tests.helpers import FAIL_P, PASS_P, assert_scale_with_power, compile_count, same_key
+from tests.helpers import (
+    FAIL_P,
+    PASS_P,
+    assert_scale_with_power,
+    compile_count,
+    counting_jit,
+    same_key,
+)
 
 INF = math.inf
 CLASSIC = "classic-or-analytic"  # the paper's Gaussian calibration, by name
@@ -539,7 +546,7 @@ def test_parameter_rules_follow_the_theorems():
 def test_no_recompile_for_new_levels_of_fit_nldp(key):
     n, d = 300, 3
     x, y, _ = _data(key, n, d)
-    f = jax.jit(base.run, static_argnums=0)
+    f = counting_jit(base.run, static_argnums=(0,))
     est = L.nldp(1)
     f(est, jax.random.fold_in(key, 1), (x, y), est.init(jnp.zeros(d)), _hp(0.5))
     before = compile_count(f)

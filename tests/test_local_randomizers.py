@@ -15,7 +15,14 @@ from scipy import special, stats
 from dpjax import accounting, audit
 from dpjax import local_randomizers as LR
 from dpjax.mechanisms import BoundedStatistic
-from tests.helpers import FAIL_P, PASS_P, assert_scale_with_power, compile_count, same_key
+from tests.helpers import (
+    FAIL_P,
+    PASS_P,
+    assert_scale_with_power,
+    compile_count,
+    counting_jit,
+    same_key,
+)
 
 Z_PASS = 4.5  # |z| below this for every coordinate of a correct mean (Bonferroni over ~20)
 Z_FAIL = 10.0  # a wrong scale must be rejected by far
@@ -138,7 +145,7 @@ def test_randomizer_epsilon_inf_is_the_identity_and_vmaps_over_epsilon(key):
 
 def test_randomizer_is_deterministic_under_a_fixed_key_and_compiles_once(key):
     x = jnp.asarray(X_CASES["small"], jnp.float32)
-    f = jax.jit(lambda k, e: LR.l2_ball_randomizer(k, x, 2.0, e).value)
+    f = counting_jit(lambda k, e: LR.l2_ball_randomizer(k, x, 2.0, e).value)
     a = f(same_key(key), 0.5)
     b = f(same_key(key), 0.5)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -148,7 +155,7 @@ def test_randomizer_is_deterministic_under_a_fixed_key_and_compiles_once(key):
     f(same_key(key), 3.0)
     f(same_key(key), 0.1)
     assert compile_count(f) == before
-    g = jax.jit(lambda k, e: LR.l2_ball_randomizer(k, x, 2.0, e).value)
+    g = counting_jit(lambda k, e: LR.l2_ball_randomizer(k, x, 2.0, e).value)
     g(same_key(key), jnp.float32(0.5))
     g(same_key(key), jnp.float32(jnp.inf))
     assert compile_count(g) == 1
@@ -342,7 +349,7 @@ def test_local_gaussian_mean_epsilon_inf_and_no_recompile(key):
     values = jnp.arange(12.0).reshape(4, 3)
     stat = _local(values, 1.0)
     for per_user in (True, False):
-        f = jax.jit(lambda k, e, pu=per_user: LR.local_gaussian_mean(k, stat, e, 1e-5,
+        f = counting_jit(lambda k, e, pu=per_user: LR.local_gaussian_mean(k, stat, e, 1e-5,
                                                                       per_user=pu).value)
         np.testing.assert_array_equal(np.asarray(f(same_key(key), jnp.inf)),
                                       np.asarray(values.mean(0)))

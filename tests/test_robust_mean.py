@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from dpjax import robust_mean as rm
 from dpjax.mechanisms import BoundedStatistic
-from tests.helpers import assert_scale_with_power, compile_count, same_key
+from tests.helpers import assert_scale_with_power, compile_count, counting_jit, same_key
 
 F32_MAX = float(np.finfo(np.float32).max)
 F32_TINY = float(np.finfo(np.float32).tiny)  # smallest normal
@@ -425,8 +425,8 @@ def test_deterministic_under_a_fixed_key(key):
 
 def test_no_recompile_when_epsilon_changes_and_vmap(key):
     x = _heavy(100)
-    central = jax.jit(rm.private_mean_central, static_argnames="parameterisation")
-    local = jax.jit(rm.private_mean_local, static_argnames="s_rule")
+    central = counting_jit(rm.private_mean_central)
+    local = counting_jit(rm.private_mean_local)
     eps_values = [0.2, 0.7, np.inf, 1.0]
     outs = []
     for eps in eps_values:
