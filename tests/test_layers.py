@@ -26,7 +26,7 @@ LAYERS = [
     {"base", "registry"},
     {"algorithms", "examples"},
     {"audit", "tune", "calibrate", "sweep", "results", "config", "plotting"},
-    {"study", "demo"},
+    {"study", "demo", "sklearn"},
     {"reproduce"},
     {"cli", "experiments", "_sources"},
 ]
