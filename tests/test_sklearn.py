@@ -412,6 +412,24 @@ def test_iv_regression_private_fit_spends_at_most_the_request():
         IVRegression().fit(X, y)
 
 
+# -- the docs page ---------------------------------------------------------------------------------
+
+
+def test_the_docs_page_example_prints_what_the_page_shows(capsys):
+    """docs/from_sklearn.md: its tested block, run, prints its text block; the page is in the
+    site's navigation."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).parents[1]
+    page = (root / "docs" / "from_sklearn.md").read_text()
+    code, shown = re.search(r"<!-- tested: tests/test_sklearn.py -->\n```python\n(.*?)```"
+                            r"\n\n```text\n(.*?)```", page, re.S).groups()
+    exec(compile(code, "docs/from_sklearn.md", "exec"), {})
+    assert capsys.readouterr().out == shown
+    assert "from_sklearn.md" in (root / "mkdocs.yml").read_text()
+
+
 # -- scikit-learn is an extra ---------------------------------------------------------------------
 
 
@@ -426,3 +444,40 @@ def test_without_scikit_learn_the_import_error_says_how_to_install_it():
             "print('ok')")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "ok"
+
+
+# -- benchmarks/peers.py --------------------------------------------------------------------------
+
+
+def _peers():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "peers.py"
+    spec = importlib.util.spec_from_file_location("peers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, path
+
+
+def test_the_peers_benchmark_draws_the_issues_data_and_probes_a_compile(tmp_path):
+    peers, path = _peers()
+    x, y = peers.data("logistic", 5, 2000, 0)
+    assert x.shape == (2000, 5) and np.abs(x).max() <= 1 and set(np.unique(y)) == {0, 1}
+    x, y = peers.data("linear", 20, 2000, 0)
+    assert np.abs(y).max() <= 3 and (np.abs(y) == 3).any()  # truncated to [-3, 3]
+    ref = peers.reference("linear", x, y)
+    assert np.linalg.norm(ref - 1 / np.sqrt(20)) < 0.3  # beta = 1/sqrt(d) per coordinate
+    out = subprocess.run([sys.executable, str(path), "--probe", "logistic-d5-n1e3", "--cache",
+                          str(tmp_path)], capture_output=True, text=True, check=True)
+    probe = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert probe["first_s"] > probe["second_s"] > 0 and probe["compile_s"] > 0
+    assert any(tmp_path.iterdir())  # the persistent cache was written
+
+
+def test_the_peers_benchmark_runs_against_diffprivlib(capsys):
+    pytest.importorskip("diffprivlib")
+    peers, _ = _peers()
+    assert peers.main(["--seeds", "2", "--rows", "linear-d1-n1e5", "--no-compile"]) == 0
+    text = capsys.readouterr().out
+    assert "| linear, d 1, n 1e5 |" in text and "[" in text
