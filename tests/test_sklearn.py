@@ -149,6 +149,16 @@ def test_the_sparse_method_keeps_sparsity_features():
     assert set(np.flatnonzero(ours.coef_)) == {0, 2}  # the two largest true coefficients
 
 
+def test_secure_reaches_the_fit():
+    X, y = _logistic(n=500)
+    kw = dict(data_norm=math.sqrt(3), method="noisy-gd", max_iter=3, random_state=0)
+    exact = LogisticRegression(secure=True, **kw).fit(X, y).ledger_
+    floating = LogisticRegression(**kw).fit(X, y).ledger_
+    assert exact.assumption.startswith("exact discrete noise")
+    assert not floating.assumption.startswith("exact discrete noise")
+    assert exact.approx_dp.epsilon <= 1.0 * (1 + 1e-3)
+
+
 # -- bounds are public inputs ---------------------------------------------------------------------
 
 

@@ -116,7 +116,9 @@ def _fallback_rule(task: str, *, n: int, d: int, epsilon: float,
 def choose(task: str, *, n: int, d: int, epsilon: float, delta: float, data_norm: float,
            y_bound: float | None = None, sparsity: int | None = None) -> Choice:
     """``method="auto"``: ``dpjax.auto.choose_method`` where that module exists (imported
-    lazily), else :func:`_fallback_rule`; public values only. The name is one of
+    lazily), else :func:`_fallback_rule`; public values only, in the units the fit sees (the
+    rescaled design, whose rows have l2 norm at most ``data_norm``, ``d`` counting the
+    intercept column; ``y`` in ``[-y_bound, y_bound]``). The name is one of
     ``METHODS[task]``."""
     try:
         auto = importlib.import_module("dpjax.auto")
