@@ -245,6 +245,20 @@ def test_clone_get_set_params_and_pipeline():
     assert len(acct.fits) == 1  # the pipeline's fit spent the shared accountant
 
 
+def test_a_grid_search_spends_one_accountant_for_every_fit_it_makes():
+    from sklearn.model_selection import GridSearchCV
+
+    acct = dpjax.Accountant(epsilon=10.0, delta=1e-5, composition="filter")
+    X, y = _logistic(n=600)
+    search = GridSearchCV(LogisticRegression(data_norm=2.0, method="noisy-gd", max_iter=3,
+                                             accountant=acct, random_state=0),
+                          {"epsilon": [0.5, 1.0]}, cv=2).fit(X, y)
+    # 2 candidates x 2 folds, then the refit on all the data: five fits, one budget
+    assert len(acct.fits) == 5
+    assert acct.spent().epsilon == pytest.approx(2 * (0.5 + 1.0) + search.best_params_[
+        "epsilon"], rel=1e-3)
+
+
 def test_one_accountant_across_estimators_refuses_the_fit_that_would_exceed_it():
     acct = dpjax.Accountant(epsilon=1.0, delta=1e-6, composition="filter")
     X, y = _logistic(n=2000)
