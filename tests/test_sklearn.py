@@ -132,6 +132,7 @@ def test_a_private_fit_is_close_to_its_non_private_limit_and_spends_the_request(
     X, y = _logistic(n=20000)
     kw = dict(data_norm=math.sqrt(3), method="noisy-gd", max_iter=10, random_state=0)
     ours = LogisticRegression(epsilon=1.0, **kw).fit(X, y)
+    assert ours.n_iter_ == 10
     assert ours.ledger_.is_private
     assert ours.ledger_.approx_dp.epsilon <= 1.0 * (1 + 1e-3)
     assert ours.ledger_.approx_dp.delta == pytest.approx(1e-6)  # min(1e-6, 1/(2n))

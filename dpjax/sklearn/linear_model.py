@@ -216,8 +216,10 @@ class _GLMEstimator(_common.DPEstimatorBase):
             res = _baseline("adassp")(key, data, x_bound=design.l2, y_bound=1.0, **common)
         else:
             res = _baseline("objective-perturbation")(key, data, x_bound=design.l2, **common)
-        # the iterations run (1: a closed-form method releases once)
-        self.n_iter_ = 1 if res.trace is None else len(jax.tree_util.tree_leaves(res.trace)[0])
+        # the iterations run: the trace's leading axis (1 for a closed-form method, whose
+        # result has no trace)
+        leaves = jax.tree_util.tree_leaves(res.trace)
+        self.n_iter_ = int(np.shape(leaves[0])[0]) if leaves and np.ndim(leaves[0]) else 1
         self.method_ = choice.name
         self.method_reason_ = choice.reason
         self.seed_ = seed
