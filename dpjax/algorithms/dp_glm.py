@@ -62,6 +62,12 @@ algorithm, equal to the twins :func:`gd` / :func:`iht` when no record is clipped
 Non-private twins: :func:`gd` (gradient descent on ``L_n``) and :func:`iht` (iterative hard
 thresholding, spec 003 Algorithm 2), with no clipping at all.
 
+**Defaults** (the paper leaves ``T`` and ``eta`` free; its simulations use ``eta = 1``,
+``T = 10..50``): with ``num_iterations=None, eta=None`` the fits use
+:func:`default_schedule` -- a step at most ``1/L`` with ``L`` the public smoothness bound of
+the clipped loss, Theorem 1's ``T ~ log n`` rule with that step, and the per-level trade-off
+between optimisation error and noise -- from public values only.
+
 Example::
 
     from dpjax.models import GLM, sphere_beta
