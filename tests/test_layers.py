@@ -25,7 +25,7 @@ LAYERS = [
     {"models", "accountant"},
     {"base", "registry"},
     {"algorithms", "examples"},
-    {"audit", "tune", "calibrate", "sweep", "results", "config", "plotting"},
+    {"audit", "tune", "calibrate", "sweep", "results", "config", "plotting", "auto"},
     {"study", "demo", "sklearn"},
     {"reproduce"},
     {"cli", "experiments", "_sources"},

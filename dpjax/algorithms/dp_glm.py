@@ -62,6 +62,12 @@ algorithm, equal to the twins :func:`gd` / :func:`iht` when no record is clipped
 Non-private twins: :func:`gd` (gradient descent on ``L_n``) and :func:`iht` (iterative hard
 thresholding, spec 003 Algorithm 2), with no clipping at all.
 
+**Defaults** (the paper leaves ``T`` and ``eta`` free; its simulations use ``eta = 1``,
+``T = 10..50``): with ``num_iterations=None, eta=None`` the fits use
+:func:`default_schedule` -- a step at most ``1/L`` with ``L`` the public smoothness bound of
+the clipped loss, Theorem 1's ``T ~ log n`` rule with that step, and the per-level trade-off
+between optimisation error and noise -- from public values only.
+
 Example::
 
     from dpjax.models import GLM, sphere_beta
@@ -115,14 +121,19 @@ __all__ = [
     "GLMState",
     "PAPER_B_CONSTANT",
     "SPARSE_CALIBRATIONS",
+    "CURVATURE",
+    "Schedule",
     "calibrate_rho",
     "default_hparams",
+    "default_num_iterations",
+    "default_schedule",
     "fit_dp_glm",
     "fit_sparse_dp_glm",
     "gd",
     "iht",
     "noisy_gd",
     "noisy_iht",
+    "smoothness",
 ]
 
 Calibration = Literal["paper", "gaussian", "zcdp", "unsplit"]
@@ -214,6 +225,198 @@ def default_hparams(
     rho = np.vectorize(lambda e, d_: calibrate_rho(e, d_, calibration, num_iterations),
                        otypes=[np.float64])(eps, dl)
     return GLMHyperparams(*(np.asarray(x, np.float32) for x in (eps, dl, et, tr, rho)))
+
+
+# --------------------------------------------------------------------------------------------
+# The default schedule (num_iterations=None, eta=None): step and T from the theory (host)
+# --------------------------------------------------------------------------------------------
+
+#: ``alpha_0 / sigma_x^2``: the curvature (smallest eigenvalue of the Hessian of ``L_n`` at its
+#: minimiser) the default schedule assumes, per family. Logistic: the Fisher information of the
+#: paper's design ``x ~ U(-sigma_x, sigma_x)^d`` at ``||beta|| = 3`` (the radius of Theorem 1's
+#: starting ball ``||beta^0 - beta_hat|| <= 3`` around ``beta^0 = 0``) has smallest eigenvalue
+#: 0.0254 sigma_x^2 (0.042 at ``||beta|| = 2``, 0.067 at 1; Monte Carlo, every d in 5..50);
+#: linear and Poisson: ``lambda_min(Sigma_x) = sigma_x^2 / 3`` of that design (``psi'' >= 1``
+#: for Poisson wherever ``x^T beta >= 0`` on average, an approximation).
+CURVATURE: dict[str, float] = {"logistic": 0.025, "linear": 1.0 / 3.0, "poisson": 1.0 / 3.0}
+#: ``||beta^0 - beta_hat||`` the schedule plans for (Theorems 1 and 3 assume at most 3)
+START_RADIUS = 3.0
+
+
+class Schedule(NamedTuple):
+    """A fit's default schedule (:func:`default_schedule`), from public values only."""
+
+    num_iterations: int  # T
+    eta: float  # the step size of this privacy level
+    predicted_error: float  # the planned sqrt(E ||beta^T - beta_hat||^2) (optimisation + noise)
+
+
+def smoothness(model: GLM, k: int) -> float:
+    """``L = c2 sigma_x^2 k``: a public bound on the largest eigenvalue of the Hessian
+    ``(1/n) sum_i psi''(x~_i' beta) x~_i x~_i'`` of the clipped loss along directions with at
+    most ``k`` non-zeros, for any data set and any ``beta``: ``psi'' <= c2`` (1/4 logistic, 1
+    linear, ``e^U`` Poisson) and ``(x~' v)^2 <= ||x~_S||^2 ||v||^2 <= sigma_x^2 k ||v||^2`` for
+    a record clipped to the l2 ball of radius ``sigma_x sqrt(d)`` (``k = d``) or to the box
+    ``[-sigma_x, sigma_x]^d`` (``k`` = the size of the support)."""
+    if model.family == "logistic":
+        c2 = 0.25
+    elif model.family == "linear":
+        c2 = 1.0
+    else:
+        c2 = math.exp(model.predictor_bound)  # inf when U is: the caller refuses
+    return c2 * float(model.sigma_x) ** 2 * k
+
+
+def _schedule_constants(model: GLM, d: int, s: int | None) -> tuple[float, float]:
+    """``(1/L, alpha_0)`` for Algorithm 1 (``s = None``) or Algorithm 5 (sparsity ``s``)."""
+    k = d if s is None else min(d, 2 * s)  # Alg 5: consecutive iterates differ on <= 2s coords
+    L = smoothness(model, k)
+    if not math.isfinite(L):
+        raise ValueError(
+            "eta and num_iterations must be given for a Poisson GLM with predictor_bound = inf: "
+            "its loss has no finite smoothness bound, so no default step exists")
+    return 1.0 / L, CURVATURE[model.family] * float(model.sigma_x) ** 2
+
+
+def default_num_iterations(model: GLM, n: int, d: int, s: int | None = None) -> int:
+    r"""``T`` of the default schedule at ``epsilon = inf``: the number of steps ``1/L`` after which
+    the noise-free run is within ``1/sqrt(n)`` of the minimiser.
+
+    Theorem 1 of the paper (spec 003 §2.1) takes ``eta = 3/(4 gamma)``, ``T = (4 gamma / alpha)
+    log(9 n)``: ``eta T alpha = 3 log(9 n)``, from the contraction ``1 - alpha/(4 gamma)`` of
+    its proof. With the public smoothness bound ``L`` (:func:`smoothness`), a step ``1/L``
+    contracts ``||beta^t - beta_hat||^2`` by ``1 - alpha/L`` per step, so ``e^{-T alpha / L} 9
+    <= 1/n`` needs
+
+    .. math::  T = \lceil (L / \alpha_0) \log(9 n) \rceil,
+
+    ``alpha_0`` = :data:`CURVATURE` times ``sigma_x^2`` and ``9`` the squared radius of the
+    theorem's starting ball. Algorithm 5 uses ``L`` over ``2s``-sparse directions (Theorem 3's
+    ``T = (2 gamma/(rho alpha)) log(6 gamma n)`` is the same ``log n`` rule with the proof's
+    constants). Logistic, ``sigma_x = 1``: ``T = 10 d log(9 n)`` (685 at ``d = 5``,
+    ``n = 10^5``); linear: ``3 d log(9 n)``.
+    """
+    inv_L, alpha = _schedule_constants(model, d, s)
+    return max(1, math.ceil(math.log(9.0 * n) / (inv_L * alpha)))
+
+
+def _noise_sum(a: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """``sum_{k < steps} (1 - a)^{2k}`` (the variance a step's noise keeps after the later
+    contractions ``1 - eta alpha`` = ``1 - a``)."""
+    q = (1.0 - a) ** 2
+    return (1.0 - q**steps) / (1.0 - q)
+
+
+def _gd_plan(model: GLM, n: int, d: int, T: int, eps: float, delta: float, R: float, b: float,
+             calibration: Calibration) -> tuple[float, float]:
+    """``(eta, predicted squared error)`` of Algorithm 1 with ``T`` steps at one level."""
+    inv_L, alpha = _schedule_constants(model, d, None)
+    r0sq = START_RADIUS**2
+    if math.isinf(eps):
+        return inv_L, r0sq * (1.0 - inv_L * alpha) ** (2 * T)
+    # per step: N(0, sigma^2 I_d), sigma = eta Delta0 sqrt(T) / sqrt(2 rho), Delta0 the declared
+    # l2 sensitivity of the gradient (b (R + c1) sigma_x sqrt(d) / n); the noise of step k is
+    # contracted by (1 - eta alpha) in each later step (the local quadratic model of L_n)
+    rho = calibrate_rho(eps, delta, calibration, T)
+    delta0 = b * float(model.residual_bound(R)) * float(model.sigma_x) * math.sqrt(d) / n
+    eta = inv_L * np.geomspace(1e-4, 1.0, 400)
+    a = eta * alpha
+    opt = r0sq * (1.0 - a) ** (2 * T)
+    noise = d * (eta * delta0) ** 2 * T / (2.0 * rho) * _noise_sum(a, np.float64(T))
+    err = opt + noise
+    i = int(np.argmin(err))
+    return float(eta[i]), float(err[i])
+
+
+def _iht_plan(model: GLM, n: int, d: int, s: int, eps: float, delta: float, R: float, b: float,
+              calibration: str) -> tuple[int, float, float]:
+    """``(T, eta, predicted squared error)`` of Algorithm 5 at one level."""
+    from dpjax.mechanisms.calibration import peeling_multiplier
+
+    inv_L, alpha = _schedule_constants(model, d, s)
+    T_max = default_num_iterations(model, n, d, s)
+    r0sq = START_RADIUS**2
+    a = inv_L * alpha
+    if math.isinf(eps):
+        return T_max, inv_L, r0sq * (1.0 - a) ** (2 * T_max)
+    # basic composition over the T steps: each peels at (eps/T, delta/T), so the Laplace scale
+    # grows like T; per step the noise left in the iterate is about s b^2 (log(d)^2 + 2)
+    # (spec 003 §3.3: sum_i ||w_i||_inf^2 + ||w~_S||^2), contracted as in Algorithm 1
+    Ts = np.unique(np.round(np.geomspace(1, T_max, 200)).astype(np.int64))
+    dinf = b * float(model.residual_bound(R)) * float(model.sigma_x) / n
+    lam = inv_L * dinf * np.asarray(peeling_multiplier(s, eps / Ts, delta / Ts, calibration))
+    per_step = s * lam**2 * (math.log(d) ** 2 + 2.0)
+    err = r0sq * (1.0 - a) ** (2 * Ts) + per_step * _noise_sum(a, Ts.astype(np.float64))
+    i = int(np.argmin(err))
+    return int(Ts[i]), inv_L, float(err[i])
+
+
+def default_schedule(
+    model: GLM, n: int, d: int, *, epsilon: Any, delta: Any = None, s: int | None = None,
+    truncation: Any = None, b_constant: float = B_CONSTANT, calibration: str | None = None,
+) -> Schedule:
+    r"""The schedule ``fit_dp_glm`` / ``fit_sparse_dp_glm`` use when ``num_iterations`` and
+    ``eta`` are not given, from public values only (``n``, ``d``, ``s``, the budget and the
+    bounds; never the data).
+
+    **Algorithm 1** (``s = None``). ``T`` = :func:`default_num_iterations` (it depends on
+    ``n`` and ``d`` only, so every privacy level shares one compiled program) and the step
+    ``eta = tau / T`` with the horizon ``tau <= T / L`` that minimises the planned error
+
+    .. math::
+
+        9 (1 - \eta\alpha_0)^{2T}
+        + d\, \frac{\eta^2 \Delta_0^2 T}{2\rho} \sum_{k<T} (1 - \eta\alpha_0)^{2k},
+
+    the optimisation error of Theorem 1's recursion plus the Gaussian noise of the ``T`` steps
+    (``sigma_t = eta Delta_0 sqrt(T / (2 rho))``, ``Delta_0 = b (R + c1) sigma_x sqrt(d) / n``)
+    that the later steps contract. The noise depends on ``eta T`` only, not on ``T``: running
+    the ``log n`` rule's ``T`` at a smaller step costs nothing in accuracy, and at
+    ``epsilon = inf`` the step is ``1/L`` (the theorem's ``T``). Where the noise dominates
+    (small ``n epsilon / d``) the horizon is shorter than the noise-free one: the trade-off
+    of the theorem's two terms, solved per level instead of bounded.
+
+    **Algorithm 5** (``s`` given). The step is ``1/L`` over ``2s``-sparse directions; each of
+    the ``T`` steps peels at ``(epsilon/T, delta/T)`` (basic composition), so the noise grows
+    with ``T`` itself and ``T`` is chosen per level (the same planned error, with the per-step
+    noise ``s b^2 (log^2 d + 2)`` of spec 003 §3.3, ``b`` the peeling scale), at most the
+    noise-free ``T``. A new level may then compile a new program; pass ``num_iterations`` to
+    share one.
+
+    Args:
+        model: the :class:`~dpjax.models.glm.GLM` (its ``sigma_x``, family, predictor bound).
+        n, d: the number of records and of features.
+        epsilon, delta: the level (default ``delta = 1/(2n)``).
+        s: the sparsity of Algorithm 5 (``None``: Algorithm 1).
+        truncation: ``R`` (default 1 for logistic; required for a private linear fit).
+        b_constant: as in :func:`fit_dp_glm`.
+        calibration: Algorithm 1's (default ``"gaussian"``) or Algorithm 5's (default
+            ``"tight"``) calibration.
+
+    Returns:
+        :class:`Schedule` ``(num_iterations, eta, predicted_error)``.
+    """
+    n = _validate.check_int_in_range(n, "n", 1)
+    d = _validate.check_int_in_range(d, "d", 1)
+    eps, dl = _validate.check_budget(epsilon, delta, n, 3)
+    R = 1.0 if truncation is None and model.family == "logistic" else truncation
+    if R is None:
+        R = math.inf if math.isinf(eps) else None
+    if R is None:
+        raise ValueError(f"truncation (R) must be given for a private {model.family} schedule")
+    R = float(_validate.check_truncation(R, eps))
+    b = float(_validate.check_positive(b_constant, "b_constant"))
+    if s is None:
+        cal = "gaussian" if calibration is None else calibration
+        _validate.check_choice(cal, "calibration", CALIBRATIONS)
+        T = default_num_iterations(model, n, d)
+        eta, err = _gd_plan(model, n, d, T, eps, dl, R, b, cal)
+    else:
+        s = _validate.check_int_in_range(s, "s", 1, d)
+        cal = "tight" if calibration is None else calibration
+        _validate.check_choice(cal, "calibration", SPARSE_CALIBRATIONS)
+        T, eta, err = _iht_plan(model, n, d, s, eps, dl, R, b, cal)
+    return Schedule(int(T), float(eta), float(math.sqrt(err)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -551,10 +754,13 @@ def _ledger_non_private(name: str, T: int, what: str, n: int, hparams: GLMHyperp
 
 
 def _prepare(key, data, model, epsilon, num_iterations, *, delta, eta, truncation, beta0,
-             b_constant, on_invalid, s=None):
+             b_constant, on_invalid, calibration, s=None):
     check_model(model, GLM, "a dpjax.models.glm.GLM")
+    # num_iterations=None: the default schedule's T, which needs d (and, for Algorithm 5, the
+    # budget): 1 stands in until both are checked
     a = checked_inputs(key, data, model.validate_data, model.num_records, on_invalid=on_invalid,
-                   num_iterations=num_iterations, epsilon=epsilon, delta=delta, eta=eta)
+                       num_iterations=num_iterations, default_iterations=lambda n: 1,
+                       epsilon=epsilon, delta=delta, eta=eta)
     key, data, n, T, eps, delta = a
     d = model.dim(data)
     if truncation is None:
@@ -582,6 +788,16 @@ def _prepare(key, data, model, epsilon, num_iterations, *, delta, eta, truncatio
     if s is not None:
         s = _validate.check_int_in_range(s, "s", 1, d)
     beta0 = _validate.check_start(beta0, d, s)
+    if num_iterations is None or eta is None:
+        if num_iterations is None:
+            sched = default_schedule(model, n, d, epsilon=eps, delta=delta, s=s,
+                                     truncation=truncation, b_constant=b,
+                                     calibration=calibration)
+            T = sched.num_iterations
+            if eta is None:
+                eta = sched.eta
+        else:
+            eta = 1.0  # the paper's T without a step: the paper's step (its simulations)
     return key, data, n, T, eps, delta, eta, truncation, beta0, b, s
 
 
@@ -593,8 +809,8 @@ def fit_dp_glm(
     *,
     epsilon: Any,
     delta: Any = None,
-    num_iterations: int,
-    eta: Any = 1.0,
+    num_iterations: int | None = None,
+    eta: Any = None,
     truncation: Any = None,
     beta0: Any = None,
     calibration: Calibration | None = None,
@@ -610,15 +826,27 @@ def fit_dp_glm(
     same with ``secure=True``, whose noise factor (:func:`dpjax.fit`) makes the discrete noise
     deliver the request under its zCDP accounting.
 
+    Default schedule (``num_iterations=None, eta=None``; :func:`default_schedule`): the theory's
+    ``T = ceil((L / alpha_0) log(9 n))`` steps (Theorem 1's ``log n`` rule, ``L`` the public
+    smoothness bound ``c2 sigma_x^2 d`` of the clipped loss, ``alpha_0`` the curvature of
+    :data:`CURVATURE`; logistic: ``10 d log(9 n)``), so that the noise-free run reaches the
+    minimiser of ``L_n`` to within ``1/sqrt(n)``, and the step ``eta <= 1/L`` per level that
+    minimises the planned optimisation-plus-noise error (``1/L`` at ``epsilon = inf``). ``T``
+    depends on ``n`` and ``d`` only: every level shares one compiled program. The paper's
+    simulations used ``T = 10..50`` and ``eta = 1``: pass them by name (``num_iterations``
+    alone keeps the paper's ``eta = 1``).
+
     Args:
         key: PRNG key (or int seed) for the noise.
         data: :class:`~dpjax.models.glm.GLMData` or a pair ``(x, y)``.
         model: a :class:`~dpjax.models.glm.GLM`.
         epsilon: in (0, inf]; inf gives the non-private limit with exactly zero noise.
-        num_iterations: ``T >= 1`` (the noise grows with it; fixed before the run).
+        num_iterations: ``T >= 1`` (the noise grows with it; fixed before the run); default
+            (``None``) the theory's ``T`` above.
         delta: in (0, 1); default ``1/(2n)`` (the paper's simulations; the one delta policy of
             every ``fit_*``, the privacy page's "One fit contract, one delta policy").
-        eta: step size > 0 (default 1, the paper's simulations).
+        eta: step size > 0; default (``None``) the schedule's step when ``num_iterations`` is
+            ``None``, else 1 (the paper's simulations).
         truncation: ``R`` in (0, inf]; default 1 for the logistic model (``y`` in {0, 1});
             required for private linear/Poisson fits; inf only with epsilon = inf.
         beta0: data-independent start (default 0).
@@ -645,7 +873,7 @@ def fit_dp_glm(
     _validate.check_choice(calibration, "calibration", CALIBRATIONS)
     key, data, n, T, eps, delta, eta, R, beta0, b, _ = _prepare(
         key, data, model, epsilon, num_iterations, delta=delta, eta=eta, truncation=truncation,
-        beta0=beta0, b_constant=b_constant, on_invalid=on_invalid)
+        beta0=beta0, b_constant=b_constant, on_invalid=on_invalid, calibration=calibration)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration=calibration)
     # the l2 design ball lets a coordinate reach sigma_x sqrt(d): the estimator's own check
     # (run by fit) cannot see d
@@ -657,7 +885,8 @@ def fit_dp_glm(
 @_validate.host_only
 def fit_sparse_dp_glm(
     key: Any, data: Any, model: GLM, *, epsilon: Any, delta: Any = None, s: int,
-    num_iterations: int, eta: Any = 1.0, truncation: Any = None, beta0: Any = None,
+    num_iterations: int | None = None, eta: Any = None, truncation: Any = None,
+    beta0: Any = None,
     b_constant: float = B_CONSTANT, on_invalid: str = "raise", secure: bool = False,
     accountant: Any = None,
     calibration: str = "tight",
@@ -674,11 +903,21 @@ def fit_sparse_dp_glm(
     it (``T = 2``, ``s = 2``, ``n = 200``, epsilon = 1). ``secure=True`` releases each step by
     exact peeling (public grid, exact permute-and-flip selection, discrete Laplace values; the
     same composition, see :func:`dpjax.mechanisms.noisy_hard_threshold`).
+
+    Default schedule (``num_iterations=None, eta=None``; :func:`default_schedule`): the step
+    ``1/L`` with ``L = c2 sigma_x^2 min(d, 2s)`` the public smoothness bound over the
+    ``2s``-sparse directions consecutive iterates differ in, and, since each step peels at
+    ``(epsilon/T, delta/T)`` (noise growing with ``T``), the ``T`` that minimises the planned
+    optimisation-plus-noise error, at most the noise-free ``T = ceil((L/alpha_0) log(9 n))``
+    (Theorem 3's ``log n`` rule) that ``epsilon = inf`` uses. ``T`` then depends on the level:
+    a new level may compile a new program (pass ``num_iterations`` to share one; alone it
+    keeps the paper's ``eta = 1``).
     """
     _validate.check_choice(calibration, "calibration", SPARSE_CALIBRATIONS)
     key, data, n, T, eps, delta, eta, R, beta0, b, s = _prepare(
         key, data, model, epsilon, num_iterations, s=s, delta=delta, eta=eta,
-        truncation=truncation, beta0=beta0, b_constant=b_constant, on_invalid=on_invalid)
+        truncation=truncation, beta0=beta0, b_constant=b_constant, on_invalid=on_invalid,
+        calibration=calibration)
     hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration="paper")
     return fit(noisy_iht(model, s, T, b, calibration=calibration), key, data, beta0, hp, n=n,
                secure=secure, accountant=accountant)
