@@ -77,6 +77,8 @@ class BaselineInfo(NamedTuple):
     events: tuple[PrivacyEvent, ...]  # the step's releases
     grad_norm: jax.Array  # () objective perturbation: ||grad|| of the perturbed objective at
     #                       the released beta (0 for the other two: nothing is minimised)
+    released: tuple[jax.Array, ...] = ()  # AdaSSP: its three noisy statistics (the releases
+    #                                       beta is computed from; () for the other two)
 
 
 def _init(params0: Any) -> BaselineState:
@@ -161,7 +163,8 @@ def _adassp_step(key: jax.Array, state: BaselineState, data, hp: AdaSSPHyperpara
     m = jnp.zeros((d, d), dtype).at[iu].set(upper)
     xtx = m + m.T - jnp.diag(jnp.diag(m))
     beta = jnp.linalg.solve(xtx + lam * jnp.eye(d, dtype=dtype), xty)
-    return BaselineState(beta), BaselineInfo((ev_lam, ev_xtx, ev_xty), jnp.zeros((), dtype))
+    return BaselineState(beta), BaselineInfo((ev_lam, ev_xtx, ev_xty), jnp.zeros((), dtype),
+                                             (lam_hat, upper, xty))
 
 
 _ADASSP_STATISTICS = (
@@ -442,7 +445,7 @@ def _op_ledger(variant: str, newton_steps: int, n: int, hp: ObjectivePerturbatio
                 "norm <= c X^2 each) plus b.v / sigma^2 + ||v||^2 / (2 sigma^2), v the "
                 "difference of the two records' gradients (||v|| <= 2 X, in their 2-dim span), "
                 "bounded with probability 1 - delta by the chi(2) tail")
-    led = Ledger.build("objective-perturbation", [release], "basic",
+    led = Ledger.build(f"objective-perturbation/{variant}", [release], "basic",
                        variant="corrected", requested=ApproxDP(eps_req, delta),
                        notes=[c_note, rule, f"exact minimiser assumed; computed by "
                               f"{newton_steps} damped Newton steps from 0"])
@@ -527,7 +530,7 @@ def _box_mean(x: jax.Array, hp: BoundedMeanHyperparams, norm: str) -> BoundedSta
     by at most ``(hi - lo) / n`` per coordinate, ``||hi - lo||_1 / n`` in l1 and
     ``||hi - lo||_2 / n`` in l2."""
     lo, hi = jnp.asarray(hp.lo, x.dtype), jnp.asarray(hp.hi, x.dtype)
-    xc = jnp.clip(sanitize(x), lo, hi)
+    xc = jnp.clip(sanitize(x), lo[None, :], hi[None, :])
     width = hi - lo
     diameter = jnp.sum(width) if norm == "l1" else jnp.sqrt(jnp.sum(jnp.square(width)))
     return bounded_mean(xc, diameter, norm)
