@@ -401,8 +401,9 @@ def test_secure_paths():
 
 def test_registry_entries():
     names = {e.name for e in registry.entries("baselines")}
-    assert names == {"adassp", "objective-perturbation/pure", "objective-perturbation/gaussian",
-                     "bounded-mean/laplace", "bounded-mean/gaussian"}
+    assert names == {"baselines/adassp", "baselines/objective-perturbation/pure",
+                     "baselines/objective-perturbation/gaussian", "baselines/bounded-mean/laplace",
+                     "baselines/bounded-mean/gaussian"}
     assert "dpjax.algorithms.baselines" in registry._FAMILIES
 
 

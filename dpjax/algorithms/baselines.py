@@ -370,6 +370,9 @@ def _op_noise(key: jax.Array, d: int, eps_noise, delta, x_bound, variant: str, d
 def _make_op_step(variant: str, newton_steps: int):
     def step(key: jax.Array, state: BaselineState, data, hp: ObjectivePerturbationHyperparams):
         del state
+        if mechanisms.secure_active():
+            raise ValueError("secure=True: objective perturbation has no floating-point-safe "
+                             "path (a perturbed objective is not a noisy statistic on a grid)")
         x, y = data
         n, d = x.shape
         dtype = x.dtype
@@ -664,7 +667,8 @@ def fit_objective_perturbation(key: Any, data: Any, *, epsilon: Any, delta: Any 
         epsilon: in (0, inf]; inf gives the ridge-regularised logistic regression (no
             intercept: append a constant column to ``x`` inside ``x_bound`` for one).
         delta: 0 (default): the pure epsilon-DP algorithm of Chaudhuri et al. (2011); in
-            (0, 1): the Gaussian variant (Kifer et al. 2012).
+            (0, 1): the Gaussian variant (Kifer et al. 2012). (The one fit whose delta does
+            not default to ``1/(2n)``: its default is pure DP.)
         x_bound: public l2 bound ``X`` on a row of ``x`` (rows beyond it are clipped).
         lam: the ridge ``Lambda >= 0`` of ``(1/n) sum_i l + (Lambda/2) ||beta||^2``; default
             ``1/n`` (scikit-learn's default ``C = 1 = 1 / (n Lambda)``). An extra ridge is
@@ -682,19 +686,19 @@ def fit_objective_perturbation(key: Any, data: Any, *, epsilon: Any, delta: Any 
         minimiser.
     """
     if secure:
-        raise ValueError("secure=True is not available for objective perturbation (no exact "
-                         "discrete-noise path for a perturbed objective); use fit_dp_glm")
+        raise ValueError("secure=True is not available for objective perturbation: a perturbed "
+                         "objective has no floating-point-safe path; use fit_dp_glm")
     key = as_key(key)
     _validate.check_on_invalid(on_invalid)
     x, y = _xy(data, on_invalid, labels=True)
     n = int(x.shape[0])
-    eps = _validate.check_scalar(_validate.check_epsilon(epsilon), "epsilon")
-    dl = _validate.check_scalar(np.asarray(delta, np.float64), "delta")
-    if not 0 <= dl < 1:
-        raise ValueError(f"delta must lie in [0, 1) (0: the pure epsilon-DP algorithm); got "
-                         f"{dl:g}")
-    if dl > 0:
-        eps, dl = _validate.check_budget(eps, dl, n)
+    if delta is None:
+        raise ValueError("delta must be 0 (the pure epsilon-DP algorithm, the default) or in "
+                         "(0, 1) (the Gaussian variant); got None")
+    if _validate.check_scalar(delta, "delta") == 0:
+        eps, dl = _validate.check_scalar(_validate.check_epsilon(epsilon), "epsilon"), 0.0
+    else:  # the Gaussian variant: the one delta check of every fit
+        eps, dl = _validate.check_budget(epsilon, delta, n)
     xb = _bound(x_bound, "x_bound")
     lam_v = 1.0 / n if lam is None else _validate.check_scalar(lam, "lam")
     if not (math.isfinite(lam_v) and lam_v >= 0):
@@ -707,17 +711,17 @@ def fit_objective_perturbation(key: Any, data: Any, *, epsilon: Any, delta: Any 
 
 
 @_validate.host_only
-def fit_bounded_mean(key: Any, x: Any, *, epsilon: Any, delta: Any = 0.0, bounds: Any,
+def fit_bounded_mean(key: Any, data: Any, *, epsilon: Any, delta: Any = None, bounds: Any,
                      mechanism: str = "laplace", on_invalid: str = "raise",
                      secure: bool = False, accountant: Any = None) -> FitResult:
     """Fit the bounded mean (see :func:`bounded_mean_estimator`) to one data set.
 
     Args:
         key: PRNG key (or int seed) for the noise.
-        x: records, shape ``(n, d)`` (or ``(n,)``: ``d = 1``).
+        data: the records ``x``, shape ``(n, d)`` (or ``(n,)``: ``d = 1``).
         epsilon: in (0, inf]; inf gives the mean of the clipped records.
-        delta: ``"laplace"``: must be 0 (pure epsilon-DP); ``"gaussian"``: in (0, 1), where
-            0 (the default) means ``1/(2n)``.
+        delta: ``"laplace"``: ``None`` or 0 (pure epsilon-DP); ``"gaussian"``: in (0, 1),
+            default ``1/(2n)``.
         bounds: ``(lo, hi)``, scalars or arrays of shape ``(d,)``, ``lo < hi`` finite: the
             public box; records are clipped onto it.
         mechanism: ``"laplace"`` (default) or ``"gaussian"``.
@@ -731,11 +735,12 @@ def fit_bounded_mean(key: Any, x: Any, *, epsilon: Any, delta: Any = 0.0, bounds
     key = as_key(key)
     _validate.check_choice(mechanism, "mechanism", MEAN_MECHANISMS)
     _validate.check_on_invalid(on_invalid)
-    arr = _validate.check_array(x, "x", on_invalid=on_invalid)
+    arr = _validate.check_array(data, "data", on_invalid=on_invalid)
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise ValueError(f"x must have shape (n, d) or (n,) with n, d >= 1; got {arr.shape}")
+        raise ValueError(f"data must have shape (n, d) or (n,) with n, d >= 1; got "
+                         f"{arr.shape}")
     n, d = arr.shape
     if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
         raise TypeError("bounds must be a pair (lo, hi) of scalars or arrays of shape (d,)")
@@ -746,14 +751,14 @@ def fit_bounded_mean(key: Any, x: Any, *, epsilon: Any, delta: Any = 0.0, bounds
         raise ValueError(f"bounds must be scalars or arrays of shape ({d},)")
     if not (lo < hi).all():
         raise ValueError("bounds must satisfy lo < hi in every coordinate")
-    eps = _validate.check_scalar(_validate.check_epsilon(epsilon), "epsilon")
-    dl = _validate.check_scalar(np.asarray(delta, np.float64), "delta")
     if mechanism == "laplace":
-        if dl != 0:
-            raise ValueError(f"delta must be 0 for mechanism='laplace' (pure epsilon-DP); got "
-                             f"{dl:g}")
+        eps = _validate.check_scalar(_validate.check_epsilon(epsilon), "epsilon")
+        if delta is not None and _validate.check_scalar(delta, "delta") != 0:
+            raise ValueError(f"delta must be None or 0 for mechanism='laplace' (pure "
+                             f"epsilon-DP); got {delta}")
+        dl = 0.0
     else:
-        eps, dl = _validate.check_budget(eps, None if dl == 0 else dl, n)
+        eps, dl = _validate.check_budget(epsilon, delta, n)
     hp: Any = (BoundedMeanHyperparams(*_f32(eps, lo, hi)) if mechanism == "laplace" else
                GaussianBoundedMeanHyperparams(*_f32(eps, dl, lo, hi)))
     return fit(bounded_mean_estimator(mechanism), key, jnp.asarray(arr, jnp.float32),
@@ -811,13 +816,13 @@ def _register() -> None:
     def entry(name, build, example):
         registry.register(registry.Entry(name, "baselines", build, example, requested=req))
 
-    entry("adassp", adassp, _example_adassp)
+    entry("baselines/adassp", adassp, _example_adassp)
     for variant in OP_VARIANTS:
-        entry(f"objective-perturbation/{variant}",
+        entry(f"baselines/objective-perturbation/{variant}",
               functools.partial(objective_perturbation, variant, 20),
               functools.partial(_example_op, variant))
     for mech in MEAN_MECHANISMS:
-        entry(f"bounded-mean/{mech}", functools.partial(bounded_mean_estimator, mech),
+        entry(f"baselines/bounded-mean/{mech}", functools.partial(bounded_mean_estimator, mech),
               functools.partial(_example_mean, mech))
 
 
