@@ -452,3 +452,42 @@ def test_the_family_page_example_runs():
     for name in ("lin", "logit", "mean"):
         res = namespace[name]
         assert np.isfinite(res.estimate).all() and res.ledger.is_private
+
+
+# --------------------------------------------------------------------------------------------
+# In a study, beside the papers' methods
+# --------------------------------------------------------------------------------------------
+
+
+def _simulate_linear(key, m, truth):
+    kx, ky = jax.random.split(key)
+    x = jax.random.uniform(kx, (m, truth.shape[0]), jnp.float32, -1.0, 1.0)
+    return x, jnp.clip(x @ truth + jax.random.normal(ky, (m,)), -3.0, 3.0)
+
+
+def _init_zeros(key, truth):
+    del key
+    return jnp.zeros_like(truth)
+
+
+def _record_error(state, truth):
+    return {"error": jnp.linalg.norm(state.beta - truth)}
+
+
+def test_adassp_runs_in_a_study():
+    """A study's sweep runs a baseline like any estimator: one program for its levels, the
+    error at epsilon = inf (least squares) below that at epsilon = 0.5."""
+    from dpjax import sweep
+
+    n, d = 2000, 3
+    levels = tuple({"epsilon": e, "delta": 1 / (2 * n), "x_bound": math.sqrt(d),
+                    "y_bound": 3.0, "zeta": 0.05} for e in (0.5, math.inf))
+    setting = sweep.Setting(
+        key="adassp-toy", columns={"method": "adassp", "n": n, "d": d}, estimator=B.adassp(),
+        simulate=_simulate_linear, init=_init_zeros, record=_record_error,
+        truth=jnp.full(d, 1 / math.sqrt(d), jnp.float32), plan=sweep.DataPlan(1, n),
+        hparams_type=B.AdaSSPHyperparams, levels=levels, n=n)
+    out = sweep.run_setting(setting, reps=6, seed=0, num_devices=1)
+    err = np.asarray(out["error"])[:, :, -1]  # (reps, levels) final errors
+    assert np.isfinite(err).all()
+    assert err[:, 1].mean() < err[:, 0].mean()
