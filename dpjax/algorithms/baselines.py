@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate, mechanisms, registry
+from dpjax import _float_sampler, _validate, mechanisms, registry
 from dpjax.accounting import ApproxDP, Ledger, Release
 from dpjax.base import Estimator, FitResult, as_key, fit
 from dpjax.mechanisms import (
@@ -342,7 +342,8 @@ def _newton(x, s, gamma, b, num_steps: int):
 
 def _op_noise(key: jax.Array, d: int, eps_noise, delta, x_bound, variant: str, dtype):
     """The noise vector ``b`` and its event (kind ``"objective-perturbation"``: l2
-    sensitivity ``2 X`` of the summed gradient, the scale drawn, the variant's delta).
+    sensitivity ``2 X`` of the summed gradient, the scale drawn, the variant's delta, and
+    ``s = d``, the dimension of ``b``).
 
     ``"pure"``: density proportional to ``exp(-||b|| / scale)``, ``scale = 2 X / eps'``:
     ``||b|| ~ Gamma(d, scale)``, drawn as the sum of ``d`` absolute Laplace(scale) draws, and a
@@ -362,7 +363,7 @@ def _op_noise(key: jax.Array, d: int, eps_noise, delta, x_bound, variant: str, d
         scale = mechanisms.gaussian_sigma_zcdp(sens, 0.5 * mu * mu).astype(dtype)
         b = mechanisms.gaussian_noise(key, (d,), scale, dtype)
         ev_delta = delta
-    event = mechanisms._event("objective-perturbation", stat, scale, delta=ev_delta,
+    event = mechanisms._event("objective-perturbation", stat, scale, delta=ev_delta, s=d,
                               dtype=dtype)
     return b, event
 
@@ -387,6 +388,26 @@ def _make_op_step(variant: str, newton_steps: int):
     return step
 
 
+def _op_sampler_floor(variant: str, ratio: float, d: int) -> tuple[str, float]:
+    """The float32 sampler of ``b`` and the delta it cannot go below (``ratio = 2 X / scale``),
+    by the convention of every dpjax release (:func:`dpjax._float_sampler.delta_floor`:
+    neighbours whose statistics differ by the sensitivity, at the edge of the support).
+    Gaussian variant: the normal sampler's floor at ``2 X / sigma``. Pure variant: ``||b||`` is
+    a sum of ``d`` absolute Laplace draws, at most ``d z_max scale`` with ``z_max`` the largest
+    magnitude the Laplace sampler returns, so outputs beyond ``d z_max - 2 X / scale`` scales
+    are reachable from one neighbour only: ``P(Gamma(d, 1) > d z_max - ratio)``."""
+    if variant == "gaussian":
+        return (_float_sampler.describe("gaussian", jnp.float32),
+                _float_sampler.delta_floor("gaussian", ratio, jnp.float32))
+    z_min, z_max = _float_sampler.support("laplace", jnp.float32)
+    top = max(abs(z_min), abs(z_max))
+    from scipy import stats
+
+    floor = 1.0 if not math.isfinite(ratio) else float(stats.gamma.sf(d * top - ratio, d))
+    return (f"||b||: sum of {d} |Laplace| draws ({_float_sampler.describe('laplace')}), "
+            "times a uniform direction (normalised float32 normals)", floor)
+
+
 class _ObjectivePerturbationLedger(Ledger):
     """A ledger whose guarantee is objective perturbation's theorem (see
     :func:`objective_perturbation`): it assumes the exact minimiser."""
@@ -400,8 +421,9 @@ class _ObjectivePerturbationLedger(Ledger):
             "minimiser of the perturbed objective (the theorem is proven for the exact "
             "minimiser; dpjax computes it by a fixed number of damped Newton steps, to "
             "float32 precision at the sizes tested). The floating-point samplers have a "
-            "bounded support; their delta floor is not computed for this release. secure=True "
-            "is not available for objective perturbation")
+            "bounded support, so the release as implemented has delta >= "
+            f"{self.sampler_delta_floor:.3g} at every epsilon. secure=True is not available "
+            "for objective perturbation")
 
 
 def _op_ledger(variant: str, newton_steps: int, n: int, hp: ObjectivePerturbationHyperparams,
@@ -424,14 +446,13 @@ def _op_ledger(variant: str, newton_steps: int, n: int, hp: ObjectivePerturbatio
         mu = true / scale
         t = math.sqrt(2.0 * math.log(1.0 / delta))
         eps = float(eps_jac) + mu * t + 0.5 * mu * mu
+    sampler, floor = _op_sampler_floor(variant, true / scale if noisy else math.inf, ev.s)
     statistic = ("beta = argmin sum_i l(beta; x_i, y_i) + Gamma/2 ||beta||^2 + b.beta "
                  "(rows clipped to ||x|| <= x_bound; b the noise)")
     release = Release("objective-perturbation", statistic, "l2", "replace-one", count,
                       float(np.max(np.asarray(ev.sensitivity, np.float64))), scale, 1.0, delta,
                       1, 1.25, f"all {n} records", (eps,) * count, (delta,) * count,
-                      "b: " + ("|Laplace| sum (Gamma norm) x uniform direction" if variant ==
-                               "pure" else "normal") + ", float32", math.nan,
-                      ((true, scale if noisy else 0.0),) * count)
+                      sampler, floor, ((true, scale if noisy else 0.0),) * count)
     xb = float(np.asarray(hp.x_bound))
     c_note = (f"c X^2 = {LOGISTIC_SMOOTHNESS * xb * xb:g} (logistic l'' <= c = 1/4, rows "
               f"||x|| <= X = {xb:g}); total ridge Gamma = {float(gamma):g} on the summed loss "

@@ -172,7 +172,8 @@ class PrivacyEvent:
         delta: the delta of an (epsilon, delta) Gaussian or NoisyHT calibration (0 otherwise;
             for NoisyHT, exact or not, the delta of its advanced composition).
         norm, relation: of the sensitivity (static).
-        s: the number of coordinates a NoisyHT release selects (static).
+        s: the number of coordinates a NoisyHT release selects (static; for
+            ``"objective-perturbation"``, the dimension of the noise vector).
         log_constant: the ``c`` of a classic Gaussian's ``log(c / delta)`` (static).
         calibration: for ``"gaussian"``, one of :data:`GAUSSIAN_CALIBRATIONS` (static;
             informative only: the ledger reads the guarantee off the exact curve).
