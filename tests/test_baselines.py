@@ -491,3 +491,23 @@ def test_adassp_runs_in_a_study():
     err = np.asarray(out["error"])[:, :, -1]  # (reps, levels) final errors
     assert np.isfinite(err).all()
     assert err[:, 1].mean() < err[:, 0].mean()
+
+
+def test_objective_perturbation_ledger_follows_the_branch_the_kernel_took():
+    """Chaudhuri et al.'s rule switches at eps' = eps - 2 log(1 + c X^2 / (n Lambda)) = 0; the
+    kernel decides in float32, the ledger in float64. At ridges a few ulps around the switch
+    the ledger must state the guarantee of the branch actually taken (it read 0.5 for a
+    request of 1 when it decided on its own)."""
+    n, xb = 300, 1.5
+    cx2 = 0.25 * xb * xb
+    x, y = _logistic(n, 3)
+    data = (jnp.asarray(x), jnp.asarray(y))
+    switch = cx2 / math.expm1(0.5) / n  # eps' = 0 at eps = 1
+    branches = set()
+    for k in range(-3, 4):
+        hp = B.ObjectivePerturbationHyperparams(*map(jnp.float32, (1.0, xb,
+                                                                   switch * (1 + k * 1e-7))))
+        led = base.fit(B.objective_perturbation("pure", 5), 0, data, jnp.zeros(3), hp).ledger
+        assert 0.99 <= led.approx_dp.epsilon <= 1 + 1e-5, str(led)
+        branches.add(led.releases[0].scale > 100)  # no extra ridge: eps' ~ 0, huge noise
+    assert branches == {True, False}  # both branches were taken

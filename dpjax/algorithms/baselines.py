@@ -408,6 +408,23 @@ def _op_sampler_floor(variant: str, ratio: float, d: int) -> tuple[str, float]:
             "times a uniform direction (normalised float32 normals)", floor)
 
 
+def _pure_branch(n: int, hp: Any, eps_drawn: float) -> tuple[float, float]:
+    """``(Gamma, eps_jac)`` of the pure variant's rule, with the branch (no extra ridge, or the
+    extra ridge) read off the noise actually drawn: the kernel decides ``eps' > 0`` in float32,
+    the ledger in float64, and near ``eps' = 0`` the two could differ; the branch whose
+    ``eps'`` is the drawn ``2 X / scale`` is the one the kernel took (they are far apart
+    there: ``eps' ~ 0`` against ``eps / 2``)."""
+    c = LOGISTIC_SMOOTHNESS
+    eps, lam, xb = (float(np.asarray(v, np.float64)) for v in (hp.epsilon, hp.lam, hp.x_bound))
+    cx2, g_user = c * xb * xb, n * lam
+    jac_user = 2.0 * math.log1p(cx2 / g_user) if g_user > 0 else math.inf
+    g_extra = cx2 / math.expm1(eps / 4.0)
+    user_gap = abs(eps - jac_user - eps_drawn) if math.isfinite(jac_user) else math.inf
+    if user_gap <= abs(eps / 2.0 - eps_drawn):
+        return g_user, jac_user
+    return g_extra, 2.0 * math.log1p(cx2 / g_extra)
+
+
 class _ObjectivePerturbationLedger(Ledger):
     """A ledger whose guarantee is objective perturbation's theorem (see
     :func:`objective_perturbation`): it assumes the exact minimiser."""
@@ -441,7 +458,8 @@ def _op_ledger(variant: str, newton_steps: int, n: int, hp: ObjectivePerturbatio
     if not noisy:
         eps = math.inf
     elif variant == "pure":
-        eps = float(eps_jac) + true / scale
+        gamma, eps_jac = _pure_branch(n, hp, true / scale)
+        eps = eps_jac + true / scale
     else:
         mu = true / scale
         t = math.sqrt(2.0 * math.log(1.0 / delta))
