@@ -45,10 +45,13 @@ RATIO_MARKERS = ("<!-- secure-ratio:start -->", "<!-- secure-ratio:end -->")
 #: the private fits whose default ledger is not private (paper-literal, documented): the table
 #: lists them without a delivered fraction
 NOT_DP_AS_CLAIMED = {"dp_iv.fit_dp_2s_gd_beta_only"}
+#: the private fits that refuse secure=True (no floating-point-safe path): not in the table
+NO_SECURE_PATH = {"baselines.fit_objective_perturbation"}
 
 
 def private_fits() -> dict[str, Callable]:
-    """Every public ``fit_*`` of :mod:`dpjax.algorithms` that takes a key (a private fit)."""
+    """Every public ``fit_*`` of :mod:`dpjax.algorithms` that takes a key (a private fit),
+    but those with no secure path (:data:`NO_SECURE_PATH`)."""
     from dpjax import algorithms
 
     fits = {}
@@ -59,7 +62,8 @@ def private_fits() -> dict[str, Callable]:
         for name, obj in vars(module).items():
             if name.startswith("fit_") and inspect.isfunction(obj) and \
                     obj.__module__ == module.__name__ and \
-                    "key" in inspect.signature(obj).parameters:
+                    "key" in inspect.signature(obj).parameters and \
+                    f"{info.name}.{name}" not in NO_SECURE_PATH:
                 fits[f"{info.name}.{name}"] = obj
     return dict(sorted(fits.items()))
 
@@ -126,6 +130,15 @@ def problem(name: str, i: int) -> tuple[tuple, dict, str]:
         y = (x @ np.linspace(1.0, -0.5, d) + 0.1 * rng.normal(size=n)).astype(np.float32)
         kw = dict(epsilon=8.0, r=2.0, tau1=3.0, tau2=3.0, lam=0.01)
         return ((x, y),), kw, f"n={n} users, d={d}"
+    if family == "baselines":
+        n, d = SIZES[i]
+        rng = np.random.default_rng(i)
+        x = rng.uniform(-1, 1, (n, d)).astype(np.float32)
+        if name.endswith("fit_bounded_mean"):
+            kw = dict(epsilon=1.0, bounds=(-1.0, 1.0), mechanism="gaussian")
+            return (x,), kw, f"n={n}, d={d}, gaussian"
+        y = np.clip(x @ np.full(d, d**-0.5) + rng.normal(size=n), -3, 3).astype(np.float32)
+        return ((x, y),), dict(epsilon=1.0, x_bound=d**0.5, y_bound=3.0), f"n={n}, d={d}"
     raise KeyError(f"no problem for {name}: give its family sizes in secure_table.problem")
 
 

@@ -73,7 +73,8 @@ class Entry:
 _ENTRIES: dict[str, Entry] = {}
 _FAMILIES = ("dpjax.algorithms.dp_em", "dpjax.algorithms.dp_gem", "dpjax.algorithms.dp_glm",
              "dpjax.algorithms.dp_iv", "dpjax.examples.dp_mean",
-             "dpjax.algorithms.ldp_gem", "dpjax.algorithms.ldp_sparse")
+             "dpjax.algorithms.ldp_gem", "dpjax.algorithms.ldp_sparse",
+             "dpjax.algorithms.baselines")
 
 
 def register(entry: Entry) -> Entry:

@@ -97,12 +97,26 @@ IV_STEPS = dict(eta=0.5, alpha=0.03, num_iterations=2)
 NLDP = dict(epsilon=50.0, r=1.0, tau1=2.0, tau2=2.0, lam=0.05)
 
 
+def _baselines():
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-1, 1, (200, 3)).astype(np.float32)
+    y = np.clip(x @ np.ones(3) + rng.normal(size=200), -3, 3).astype(np.float32)
+    return x, y, (y > 0).astype(np.float32)
+
+
 def _problems():
     gmm_data, gmm, beta0 = _gmm()
     glm_data, glm = _glm()
     iv_data, xy = _iv(), _xy()
     em = dict(beta0=beta0, num_iterations=2)
+    bx, by, blabels = _baselines()
     return {
+        "baselines.fit_adassp": ((KEY, (bx, by)), dict(epsilon=1.0, x_bound=2.0, y_bound=3.0),
+                                 200),
+        "baselines.fit_objective_perturbation": ((KEY, (bx, blabels)),
+                                                 dict(epsilon=1.0, x_bound=2.0), 200),
+        "baselines.fit_bounded_mean": ((KEY, bx), dict(epsilon=1.0, bounds=(-1.0, 1.0),
+                                                       mechanism="gaussian"), 200),
         "dp_em.fit_hd_dp_em": ((KEY, gmm_data, gmm), dict(epsilon=1.0, s_hat=2, **em), 200),
         "dp_em.fit_ld_dp_em": ((KEY, gmm_data, gmm), dict(epsilon=1.0, **em), 200),
         "dp_em.fit_truncated_em": ((gmm_data, gmm), dict(s_hat=2, **em), 200),
@@ -124,14 +138,18 @@ def _problems():
 
 PROBLEMS = _problems()
 # the private fits whose releases have no floating-point-safe path yet: secure=True raises
-NO_SECURE_PATH: set[str] = set()
+NO_SECURE_PATH: set[str] = {"baselines.fit_objective_perturbation"}
+# private fits whose default is pure epsilon-DP, so their delta defaults to 0, not None
+# (1/(2n)): objective perturbation (Chaudhuri et al.'s algorithm; delta > 0 is its Gaussian
+# variant)
+PURE_BY_DEFAULT = {"baselines.fit_objective_perturbation"}
 # fits whose ledger is not private although they take a budget: the paper-literal Algorithm 3
 NOT_DP_AS_CLAIMED = {"dp_iv.fit_dp_2s_gd_beta_only"}
 
 
 def test_discovery_finds_every_family_and_every_fit_has_a_tiny_problem():
     assert {name.split(".")[0] for name in FITS} == {"dp_em", "dp_gem", "dp_glm", "dp_iv",
-                                                      "ldp_gem", "ldp_sparse"}
+                                                      "ldp_gem", "ldp_sparse", "baselines"}
     assert set(FITS) == set(PROBLEMS), "give every public fit_* a tiny problem in PROBLEMS"
     assert "dpjax.algorithms._boundary" not in {f.__module__ for f in FITS.values()}
 
@@ -141,8 +159,9 @@ def test_discovery_finds_every_family_and_every_fit_has_a_tiny_problem():
 # ---------------------------------------------------------------------------------------------
 
 
-def contract_violations(fn) -> list[str]:
-    """What ``fn``'s signature breaks of the contract (empty if nothing)."""
+def contract_violations(fn, pure_by_default: bool = False) -> list[str]:
+    """What ``fn``'s signature breaks of the contract (empty if nothing); ``pure_by_default``:
+    its delta defaults to 0 (pure epsilon-DP) instead of None."""
     sig = inspect.signature(fn)
     params = sig.parameters
     bad = []
@@ -173,7 +192,7 @@ def contract_violations(fn) -> list[str]:
         bad.append("a private fit takes the key first")
     if ("epsilon" in params) == bool({"rho", "rho1", "rho2"} & budgets):
         bad.append("a private fit takes epsilon or rho (one kind)")
-    if "delta" not in params or params["delta"].default is not None:
+    if "delta" not in params or params["delta"].default != (0.0 if pure_by_default else None):
         bad.append("delta must be a keyword defaulting to None (1/(2n), the one policy)")
     for name, default in (("on_invalid", "raise"), ("secure", False), ("accountant", None)):
         p = params.get(name)
@@ -184,7 +203,7 @@ def contract_violations(fn) -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(FITS))
 def test_signature_follows_the_contract(name):
-    assert contract_violations(FITS[name]) == []
+    assert contract_violations(FITS[name], name in PURE_BY_DEFAULT) == []
 
 
 def test_the_contract_check_has_teeth():
@@ -231,7 +250,9 @@ def test_every_fit_returns_a_fit_result_with_a_ledger(name):
     assert np.isfinite(np.asarray(res.estimate)).all()
     private = is_private(FITS[name]) and name not in NOT_DP_AS_CLAIMED
     assert res.ledger.is_private == private, res.ledger
-    if is_private(FITS[name]):
+    if is_private(FITS[name]) and name in PURE_BY_DEFAULT:
+        assert res.ledger.approx_dp.delta == 0 and not hasattr(res.hparams, "delta")
+    elif is_private(FITS[name]):
         # the one delta policy: omitted, delta is 1/(2n) (n records, or users)
         assert math.isclose(float(np.asarray(res.hparams.delta)), 1 / (2 * n), rel_tol=1e-6)
 

@@ -128,12 +128,12 @@ jax.tree_util.register_dataclass(
 
 MechanismKind = Literal["laplace", "gaussian", "gaussian-zcdp", "noisy-ht",
                         "discrete-laplace", "discrete-gaussian", "ldp-randomizer", "none",
-                        "discrete-noisy-ht"]
+                        "discrete-noisy-ht", "objective-perturbation"]
 
 
 KINDS: tuple[str, ...] = ("laplace", "gaussian", "gaussian-zcdp", "noisy-ht",
                           "discrete-laplace", "discrete-gaussian", "ldp-randomizer", "none",
-                          "discrete-noisy-ht")
+                          "discrete-noisy-ht", "objective-perturbation")
 
 
 # kinds accounted in rho-zCDP, rho = (true_sensitivity / scale)^2 / 2 (Bun & Steinke 2016;
@@ -161,7 +161,10 @@ class PrivacyEvent:
             like ``"noisy-ht"``), ``"ldp-randomizer"``
             (the l2-ball randomizer of :mod:`dpjax.local_randomizers`: pure epsilon-LDP for
             every input, recorded as sensitivity = its radius and scale = radius / epsilon),
-            or ``"none"`` (a non-private release).
+            ``"objective-perturbation"`` (the noise vector of a perturbed objective,
+            :mod:`dpjax.algorithms.baselines`: l2 sensitivity of the summed gradient, the scale
+            drawn; its estimator's own ledger states the theorem's guarantee), or ``"none"``
+            (a non-private release).
         sensitivity: the declared sensitivity the noise was calibrated from.
         scale: the noise scale drawn (Laplace ``b``, Gaussian ``sigma``); 0 means no noise.
         true_sensitivity: the statistic's actual bound (``inf``: unbounded); the delivered
@@ -169,7 +172,8 @@ class PrivacyEvent:
         delta: the delta of an (epsilon, delta) Gaussian or NoisyHT calibration (0 otherwise;
             for NoisyHT, exact or not, the delta of its advanced composition).
         norm, relation: of the sensitivity (static).
-        s: the number of coordinates a NoisyHT release selects (static).
+        s: the number of coordinates a NoisyHT release selects (static; for
+            ``"objective-perturbation"``, the dimension of the noise vector).
         log_constant: the ``c`` of a classic Gaussian's ``log(c / delta)`` (static).
         calibration: for ``"gaussian"``, one of :data:`GAUSSIAN_CALIBRATIONS` (static;
             informative only: the ledger reads the guarantee off the exact curve).
