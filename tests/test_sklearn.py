@@ -288,17 +288,16 @@ def test_auto_records_the_method_and_why():
     assert any(est.method_ in note and est.method_reason_ in note for note in est.ledger_.notes)
 
 
-def test_auto_asks_dpjax_auto_when_it_exists(monkeypatch):
-    """With a ``dpjax.auto`` module present, ``choose`` asks its ``choose_method`` with public
-    values only, and records its reason (the fallback rule is used only without it)."""
+def test_auto_asks_dpjax_auto(monkeypatch):
+    """``choose`` asks ``dpjax.auto.choose_method`` with public values only, and records its
+    reason."""
     asked = {}
 
     def choose_method(task, **kw):
         asked.update(kw, task=task)
         return types.SimpleNamespace(name="gd", reason="because the test says so")
 
-    monkeypatch.setitem(sys.modules, "dpjax.auto",
-                        types.SimpleNamespace(choose_method=choose_method))
+    monkeypatch.setattr(sk_linear.auto, "choose_method", choose_method)
     X, y = _linear(n=300)
     est = LinearRegression(bounds_X=(0, 2), bounds_y=(-3, 3), random_state=0).fit(X, y)
     assert est.method_ == "noisy-gd"  # "gd" is an alias
@@ -307,16 +306,16 @@ def test_auto_asks_dpjax_auto_when_it_exists(monkeypatch):
                          data_norm=pytest.approx(2.0), y_bound=1.0, sparsity=None)
 
 
-def test_the_fallback_rule():
-    rule = sk_linear._fallback_rule
-    assert rule("linear", n=10, d=2, epsilon=1.0, sparsity=3).name == "noisy-iht"
-    has = sk_linear._baselines_available()
-    big = rule("logistic", n=10**5, d=5, epsilon=1.0, sparsity=None).name
-    small = rule("logistic", n=10**3, d=5, epsilon=1.0, sparsity=None).name
-    assert small == "noisy-gd"
-    assert big == ("objective-perturbation" if has else "noisy-gd")
-    assert rule("linear", n=10**5, d=5, epsilon=1.0, sparsity=None).name == (
-        "adassp" if has else "noisy-gd")
+def test_auto_follows_the_chooser_on_the_issue_sizes():
+    """The wrapper's choice is ``dpjax.auto``'s, in the wrapper's names: a baseline at large n
+    and small d, noisy gradient descent at d 20 (issue 46's table)."""
+    c = sk_linear.choose
+    kw = dict(epsilon=1.0, delta=1e-6, data_norm=math.sqrt(6))
+    assert c("logistic", n=10**5, d=6, **kw).name == "objective-perturbation"
+    assert c("linear", n=10**5, d=2, y_bound=1.0, epsilon=1.0, delta=1e-6,
+             data_norm=math.sqrt(2)).name == "adassp"
+    wide = dict(epsilon=1.0, delta=1e-6, data_norm=math.sqrt(21), y_bound=1.0)
+    assert c("linear", n=10**5, d=21, **wide).name == "noisy-gd"
 
 
 def test_bad_methods_are_refused():
@@ -330,11 +329,10 @@ def test_bad_methods_are_refused():
         LinearRegression(method="noisy-gd", sparsity=2, **kw).fit(X, y)
 
 
-# -- the baselines, once dpjax.algorithms.baselines is there --------------------------------------
+# -- the baselines -------------------------------------------------------
 
 
 def test_adassp_at_epsilon_inf_is_ordinary_least_squares():
-    pytest.importorskip("dpjax.algorithms.baselines")
     X, y = _linear()
     ours = LinearRegression(epsilon=math.inf, bounds_X=(0, 2), bounds_y=(-3, 3),
                             method="adassp", random_state=0).fit(X, y)
@@ -345,7 +343,6 @@ def test_adassp_at_epsilon_inf_is_ordinary_least_squares():
 
 
 def test_baseline_methods_fit_privately_and_spend_the_accountant():
-    pytest.importorskip("dpjax.algorithms.baselines")
     acct = dpjax.Accountant(epsilon=3.0, delta=1e-5, composition="filter")
     X, y = _logistic(n=20000)
     op = LogisticRegression(epsilon=1.0, data_norm=math.sqrt(3),

@@ -12,7 +12,8 @@ Each fit calls one of the library's fits on a public rescaling of the data:
                            iterative hard thresholding with peeling, Algorithm 5;
                            needs ``sparsity``)
 ``"objective-perturbation"``  ``fit_objective_perturbation`` of
-                           :mod:`dpjax.algorithms.baselines` (logistic only)
+                           :mod:`dpjax.algorithms.baselines` (logistic only; the pure
+                           (epsilon, 0) algorithm, whatever ``delta`` is)
 ``"adassp"``               ``fit_adassp`` of :mod:`dpjax.algorithms.baselines` (linear only)
 ``"auto"`` (default)       one of the above, chosen on public values only (``n``, ``d``,
                            epsilon, delta, the bounds): ``dpjax.auto.choose_method``
@@ -39,8 +40,6 @@ estimators refuses the fit that would exceed its total before anything is comput
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import math
 from typing import Any, NamedTuple
 
@@ -51,7 +50,8 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from dpjax import _validate
+from dpjax import _validate, auto
+from dpjax.algorithms.baselines import fit_adassp, fit_objective_perturbation
 from dpjax.algorithms.dp_glm import fit_dp_glm, fit_sparse_dp_glm
 from dpjax.models.glm import GLM
 from dpjax.sklearn import _common
@@ -63,15 +63,11 @@ METHODS = {
     "logistic": ("noisy-gd", "noisy-iht", "objective-perturbation"),
     "linear": ("noisy-gd", "noisy-iht", "adassp"),
 }
-#: the methods of :mod:`dpjax.algorithms.baselines` (imported when chosen)
-BASELINES = {"objective-perturbation": "fit_objective_perturbation", "adassp": "fit_adassp"}
 #: other spellings a chooser may return
 _ALIASES = {"gd": "noisy-gd", "dp-glm": "noisy-gd", "noisy_gd": "noisy-gd",
             "iht": "noisy-iht", "sparse": "noisy-iht", "noisy_iht": "noisy-iht",
             "objective_perturbation": "objective-perturbation", "op": "objective-perturbation",
             "ssp": "adassp"}
-#: the noisy-GD iterations when the library's fit has no default of its own
-FALLBACK_ITERATIONS = 10
 
 
 class Choice(NamedTuple):
@@ -81,55 +77,15 @@ class Choice(NamedTuple):
     reason: str
 
 
-def _baselines_available() -> bool:
-    try:
-        importlib.import_module("dpjax.algorithms.baselines")
-    except ModuleNotFoundError as err:
-        if err.name != "dpjax.algorithms.baselines":
-            raise
-        return False
-    return True
-
-
-def _fallback_rule(task: str, *, n: int, d: int, epsilon: float,
-                   sparsity: int | None) -> Choice:
-    """The rule ``method="auto"`` uses while ``dpjax.auto`` is absent (the merge with
-    ``dpjax.auto.choose_method`` replaces this function): the sparse method when a sparsity
-    is given; else, where :mod:`dpjax.algorithms.baselines` is installed, AdaSSP for linear
-    regression and objective perturbation for logistic regression once ``n epsilon >= 100 d``
-    (issue 46's table: at ``n = 1e5`` the standard methods win, at ``n = 1e3``, ``d = 5``
-    noisy gradient descent does); noisy gradient descent otherwise."""
-    if sparsity is not None:
-        return Choice("noisy-iht", f"sparsity = {sparsity} given: the sparse method")
-    if not _baselines_available():
-        return Choice("noisy-gd", "the only dense method installed (no "
-                                  "dpjax.algorithms.baselines)")
-    if task == "linear":
-        return Choice("adassp", "linear regression: sufficient statistics perturbation "
-                                "(AdaSSP)")
-    if n * epsilon >= 100 * d:
-        return Choice("objective-perturbation",
-                      f"n epsilon = {n * epsilon:g} >= 100 d = {100 * d}")
-    return Choice("noisy-gd", f"n epsilon = {n * epsilon:g} < 100 d = {100 * d}")
-
-
 def choose(task: str, *, n: int, d: int, epsilon: float, delta: float, data_norm: float,
            y_bound: float | None = None, sparsity: int | None = None) -> Choice:
-    """``method="auto"``: ``dpjax.auto.choose_method`` where that module exists (imported
-    lazily), else :func:`_fallback_rule`; public values only, in the units the fit sees (the
-    rescaled design, whose rows have l2 norm at most ``data_norm``, ``d`` counting the
-    intercept column; ``y`` in ``[-y_bound, y_bound]``). The name is one of
+    """``method="auto"``: :func:`dpjax.auto.choose_method` on public values only, in the units
+    the fit sees (the rescaled design, whose rows have l2 norm at most ``data_norm``, ``d``
+    counting the intercept column; ``y`` in ``[-y_bound, y_bound]``). The name is one of
     ``METHODS[task]``."""
-    try:
-        auto = importlib.import_module("dpjax.auto")
-    except ModuleNotFoundError as err:
-        if err.name != "dpjax.auto":
-            raise
-        c = _fallback_rule(task, n=n, d=d, epsilon=epsilon, sparsity=sparsity)
-    else:
-        got = auto.choose_method(task, n=n, d=d, epsilon=epsilon, delta=delta,
-                                 data_norm=data_norm, y_bound=y_bound, sparsity=sparsity)
-        c = Choice(_ALIASES.get(got.name, got.name), f"dpjax.auto: {got.reason}")
+    got = auto.choose_method(task, n=n, d=d, epsilon=epsilon, delta=delta,
+                             data_norm=data_norm, y_bound=y_bound, sparsity=sparsity)
+    c = Choice(_ALIASES.get(got.name, got.name), f"dpjax.auto: {got.reason}")
     if c.name not in METHODS[task]:
         raise RuntimeError(f"method='auto' chose {c.name!r}, which is not one of "
                            f"{METHODS[task]}")
@@ -137,25 +93,11 @@ def choose(task: str, *, n: int, d: int, epsilon: float, delta: float, data_norm
 
 
 def _num_iterations(max_iter: int | None) -> dict:
-    """``num_iterations`` for the GLM fits: ``max_iter`` if given; else the fit's own default
-    where it has one, else :data:`FALLBACK_ITERATIONS` (the issue's "dpjax today")."""
+    """``num_iterations`` for the GLM fits: ``max_iter`` if given, else the fit's own default
+    (the schedule of :func:`dpjax.algorithms.dp_glm.default_schedule`)."""
     if max_iter is not None:
         return {"num_iterations": _validate.check_int_in_range(max_iter, "max_iter", 1)}
-    default = inspect.signature(fit_dp_glm).parameters["num_iterations"].default
-    if default is inspect.Parameter.empty:
-        return {"num_iterations": FALLBACK_ITERATIONS}
     return {}
-
-
-def _baseline(name: str):
-    try:
-        module = importlib.import_module("dpjax.algorithms.baselines")
-    except ModuleNotFoundError as err:
-        if err.name != "dpjax.algorithms.baselines":
-            raise
-        raise ImportError(f"method={name!r} needs dpjax.algorithms.baselines, which this "
-                          "version of dpjax does not have") from None
-    return getattr(module, BASELINES[name])
 
 
 class _Design(NamedTuple):
@@ -213,9 +155,13 @@ class _GLMEstimator(_common.DPEstimatorBase):
                 res = fit_sparse_dp_glm(key, data, model, s=s, truncation=1.0,
                                         **_num_iterations(self.max_iter), **common)
         elif choice.name == "adassp":
-            res = _baseline("adassp")(key, data, x_bound=design.l2, y_bound=1.0, **common)
+            res = fit_adassp(key, data, x_bound=design.l2, y_bound=1.0, **common)
         else:
-            res = _baseline("objective-perturbation")(key, data, x_bound=design.l2, **common)
+            # the pure (epsilon, 0) algorithm of Chaudhuri et al.: more accurate than the
+            # Gaussian variant at every size measured (docs/families/baselines.md), so the
+            # fit's delta is not spent
+            res = fit_objective_perturbation(key, data, x_bound=design.l2,
+                                             **{**common, "delta": 0.0})
         # the iterations run: the trace's leading axis (1 for a closed-form method, whose
         # result has no trace)
         leaves = jax.tree_util.tree_leaves(res.trace)
