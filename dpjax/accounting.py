@@ -621,6 +621,19 @@ class Ledger:
                        "loss distribution here: composed in zCDP (Canonne, Kamath & Steinke "
                        "2020)")
             elif not _pld.available():
+                comps = _pld.normalise(c for r in rel for c in r.pld_components())
+                if target and len(comps) == 1 and comps[0][0] == "gaussian":
+                    # every release a Gaussian mechanism: their composition is the Gaussian
+                    # mechanism of mu = sqrt(sum mu_t^2), whose exact curve needs no PLD library
+                    target = min(float(target), 1.0)
+                    approx = ApproxDP(gaussian_epsilon(comps[0][1], target), target)
+                    notes += ("dp_accounting (the [pld] extra) is not installed; every release "
+                              "is a Gaussian mechanism, so their composition is exact without "
+                              "it: the Gaussian curve of mu = sqrt(sum mu_t^2)",)
+                    if GAUSSIAN_CURVE_NOTE not in notes:
+                        notes += (GAUSSIAN_CURVE_NOTE,)
+                    return cls(estimator, variant, relation, "pld", rel, approx, approx,
+                               requested, notes)
                 why = ("dp_accounting (the [pld] extra: pip install dpjax[pld]) is not "
                        f"installed: composed by {fallback!r} composition instead of 'pld'")
             else:

@@ -192,6 +192,17 @@ def test_ledger_delivers_the_requested_budget(case, key):
         assert json_ready["estimator"] == case.estimator.name
 
 
+def test_ledger_delivers_without_dp_accounting(case, key, monkeypatch):
+    """Without the [pld] extra (dp_accounting), a user's install: the ledgers fall back (exact
+    for Gaussian sequences, the papers' rules otherwise), and the default variant still
+    delivers what it was asked -- its calibration must not assume a composition the ledger
+    cannot use."""
+    from dpjax import _pld
+
+    monkeypatch.setattr(_pld, "available", lambda: False)
+    test_ledger_delivers_the_requested_budget(case, key)
+
+
 @pytest.mark.parametrize("level", [1e-8, 1e-6, 1e6, 1e8], ids=lambda v: f"level={v:g}")
 def test_extreme_budgets_give_finite_results(case, key, level):
     """Budgets from 1e-8 to 1e8 (the level is epsilon, or rho for the zCDP estimators): the

@@ -240,15 +240,34 @@ def test_pld_pure_releases_at_delta_zero_and_no_noise():
 
 
 def test_pld_falls_back_and_says_so(monkeypatch):
-    """Without dp_accounting (the [pld] extra) the ledger composes by today's rule, named."""
+    """Without dp_accounting (the [pld] extra) a ledger that mixes kinds composes by today's
+    rule, named."""
+    ev = PrivacyEvent("gaussian-zcdp", jnp.asarray([1.0] * 3), jnp.asarray([2.0] * 3),
+                      jnp.asarray([1.0] * 3), jnp.asarray([0.0] * 3))
+    lap = PrivacyEvent("laplace", jnp.asarray([1.0]), jnp.asarray([1.0]), jnp.asarray([1.0]),
+                       jnp.asarray([0.0]), "l1")
+    rel = [Release.from_event(ev, "x"), Release.from_event(lap, "y")]
+    monkeypatch.setattr(_pld, "available", lambda: False)
+    led = Ledger.build("g", rel, "pld", delta=1e-5)
+    assert led.composition == "zcdp"
+    assert any("not installed" in n and "'zcdp'" in n for n in led.notes)
+    assert led.approx_dp == Ledger.build("g", rel, "zcdp", delta=1e-5).approx_dp
+
+
+def test_gaussian_releases_compose_exactly_without_dp_accounting(monkeypatch):
+    """Only Gaussian releases: the composition is the Gaussian mechanism of
+    mu = sqrt(sum mu_t^2) with or without dp_accounting -- the same epsilon as its PLD (to its
+    discretisation), below the zCDP fallback's."""
     ev = PrivacyEvent("gaussian-zcdp", jnp.asarray([1.0] * 3), jnp.asarray([2.0] * 3),
                       jnp.asarray([1.0] * 3), jnp.asarray([0.0] * 3))
     rel = Release.from_event(ev, "x")
+    with_pld = Ledger.build("g", [rel], "pld", delta=1e-5)
     monkeypatch.setattr(_pld, "available", lambda: False)
     led = Ledger.build("g", [rel], "pld", delta=1e-5)
-    assert led.composition == "zcdp"
-    assert any("not installed" in n and "'zcdp'" in n for n in led.notes)
-    assert led.approx_dp == Ledger.build("g", [rel], "zcdp", delta=1e-5).approx_dp
+    assert led.composition == "pld" and any("not installed" in n for n in led.notes)
+    assert led.approx_dp.epsilon == pytest.approx(with_pld.approx_dp.epsilon, rel=2e-3)
+    assert led.approx_dp.epsilon < 0.95 * Ledger.build("g", [rel], "zcdp",
+                                                      delta=1e-5).approx_dp.epsilon
 
 
 def test_pld_composition_is_cached():
