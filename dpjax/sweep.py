@@ -686,6 +686,15 @@ def _row_shapes(tree: Any) -> tuple:
     return treedef, tuple((tuple(x.shape), str(x.dtype)) for x in leaves)
 
 
+def _record_shapes(setting: Setting, truth: Any) -> Any:
+    """The shapes of one record of a setting's data: a block as ``simulate`` draws it, less
+    its row axis (drawn at the setting's own block size: a simulator of fixed real data
+    accepts no other)."""
+    block = jax.eval_shape(lambda k: setting.simulate(k, setting.plan.block_size, truth),
+                           jax.random.key(0))
+    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), block)
+
+
 def shape_family(setting: Setting) -> tuple | None:
     """What a setting's shared program is compiled for, but for the padded sizes: the padded
     form of its estimator, its record, whether only the final iterate is kept, the shapes of a
@@ -696,7 +705,7 @@ def shape_family(setting: Setting) -> tuple | None:
         return None
     truth = setting.example_truth()
     key = jax.random.key(0)
-    row = jax.eval_shape(lambda k: setting.simulate(k, 1, truth), key)
+    row = _record_shapes(setting, truth)
     params0 = jax.eval_shape(lambda k: setting.init(k, truth), key)
     return (est.padded, setting.record, setting.final_only, setting.hparams_type,
             _row_shapes(row), _row_shapes(params0), _row_shapes(truth))
@@ -704,8 +713,7 @@ def shape_family(setting: Setting) -> tuple | None:
 
 def _rep_data_bytes(setting: Setting, program: Program) -> int:
     """Bytes of one repetition's padded data in the shared program."""
-    truth = setting.example_truth()
-    row = jax.eval_shape(lambda k: setting.simulate(k, 1, truth), jax.random.key(0))
+    row = _record_shapes(setting, setting.example_truth())
     row_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize
                     for x in jax.tree_util.tree_leaves(row))
     batches = program.steps if setting.estimator.batching == "disjoint" else 1

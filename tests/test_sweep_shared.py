@@ -333,3 +333,82 @@ def test_padded_rows_change_nothing_in_the_mixture_of_regressions_and_missing_co
         np.testing.assert_array_equal(got[n:], 0.0)
         got = got[:n]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# The families converted later: every setting of one experiment, shared against its own kernel
+# --------------------------------------------------------------------------------------------
+
+
+def _experiment_settings(name, overrides):
+    import dpjax.experiments
+
+    exp = dpjax.experiments.registry()[name]
+    config = study.resolve_config(exp, overrides)
+    return exp, study._study_settings(exp, config)
+
+
+def _assert_every_setting_shares_and_equals_its_own_kernel(settings, reps=2, seed=3):
+    progs = sweep.plan_programs(settings)
+    assert set(progs) == {s.key for s in settings}  # every setting runs a shared program
+    assert len(set(progs.values())) < len(settings)
+    for st in settings:
+        shared = sweep.run_setting(st, reps=reps, seed=seed, num_devices=1,
+                                   program=progs[st.key])
+        _assert_close(shared, _per_setting(st, reps, seed))
+    return progs
+
+
+def test_dp_iv_settings_of_iv_fig3_share_programs_and_equal_their_own_kernels():
+    # DP-2S-GD (paper calibration) and non-private 2S-GD, n = 300 and 500: 300 runs padded
+    _, sets = _experiment_settings("iv_fig3", {"dims": (3,), "n_grid": (300, 500), "T": 6,
+                                               "clip_consts": (1.0,)})
+    assert len(sets) == 4
+    progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+    assert progs["dp,d=3,n=300"] == progs["dp,d=3,n=500"] == sweep.Program(6, 500, 3)
+
+
+def test_dp_iv_horizons_share_one_program_and_equal_their_own_kernels():
+    # iv_fig6's study over horizons T (final iterate only): Algorithms 1 and 3 (beta only),
+    # every T through one program per method
+    _, sets = _experiment_settings("iv_fig6", {"T_grid": (4, 9), "n": 200})
+    _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+
+
+@pytest.mark.parametrize("calibration", ["tight", "paper"])
+def test_dp_iv_study_compiles_one_program_for_every_n(tmp_path, calibration):
+    import dpjax.experiments
+
+    exp = dpjax.experiments.registry()["iv_fig3"]
+    before = sweep.compile_count()
+    study.run_experiment(exp, tmp_path, reps=2, seed=0, progress=False, num_devices=1,
+                         overrides={"dims": (2,), "n_grid": (300, 400, 500), "T": 7,
+                                    "clip_consts": (1.0,), "references": False,
+                                    "calibration": calibration})
+    assert sweep.compile_count() == before + 1  # three n, one algorithm program
+    meta = json.loads((tmp_path / "config.json").read_text())["settings"]
+    assert [m["compiled"] for m in meta] == [True, False, False]
+    assert len({m["program"] for m in meta}) == 1
+
+
+@pytest.mark.parametrize("variant", ["dp", "beta-only", "none"])
+def test_padded_rows_change_nothing_in_dp_iv(variant):
+    from dpjax.algorithms import dp_iv
+    from dpjax.models.iv import IVData, LinearIV
+
+    model, n, pad, T = LinearIV(2, 3, 2), 50, 7, 5
+    truth = model.pack(model.draw_parameters(jax.random.key(0)))
+    data = model.simulate(jax.random.key(1), n, truth)
+    padded = IVData(*(jnp.concatenate([x, jnp.asarray(_adversarial(pad, x.shape[1] if x.ndim
+                                                                   > 1 else 0))])
+                      for x in data))
+    est = dp_iv._build(variant, "tight", T)
+    hp = dp_iv.DPIVHyperparams(*map(jnp.float32, (0.7, 0.4, 0.1, 0.05, 3.0, 2.0, 1e-5)))
+    state = dp_iv.DPIVState(0.5 * jnp.ones((3, 2)), jnp.asarray([0.3, -0.2]))
+    want, info_w = est.step(jax.random.key(2), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(2), state, padded, hp, _sizes(n, pad, T))
+    for a, b in zip(jax.tree_util.tree_leaves((got, info_g)),
+                    jax.tree_util.tree_leaves((want, info_w))):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    if variant == "dp":  # the clip fractions are of the records (some are clipped)
+        assert 0 < float(info_g.clip_frac2) < 1
