@@ -412,3 +412,45 @@ def test_padded_rows_change_nothing_in_dp_iv(variant):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
     if variant == "dp":  # the clip fractions are of the records (some are clipped)
         assert 0 < float(info_g.clip_frac2) < 1
+
+
+def test_noisy_iht_settings_of_glm_fig2_share_programs_and_equal_their_own_kernels():
+    # Algorithm 5 on the 8-bit grid design (row blocks of 32), n = 300 and 400; the
+    # budget-unsplit level too
+    _, sets = _experiment_settings("glm_fig2", {"d": 32, "s_grid": (2,), "s_base": 2,
+                                                "n_grid": (300, 400), "n_base": 400, "T": 5})
+    assert len(sets) == 2
+    progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+    assert progs[sets[0].key] == sweep.Program(5, 400, 2)
+
+
+def test_noisy_iht_settings_that_differ_in_n_and_t_compile_one_program(tmp_path):
+    import dpjax.experiments
+
+    exp = dpjax.experiments.registry()["glm_fig2"]
+    before = sweep.compile_count()
+    study.run_experiment(exp, tmp_path, reps=2, seed=0, progress=False, num_devices=1,
+                         overrides={"d": 28, "s_grid": (2,), "s_base": 2, "unsplit": False,
+                                    "n_grid": (300, 400, 500), "n_base": 500, "T": 4})
+    assert sweep.compile_count() == before + 1
+    meta = json.loads((tmp_path / "config.json").read_text())["settings"]
+    assert [m["compiled"] for m in meta] == [True, False, False]
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_padded_rows_change_nothing_in_noisy_iht(split):
+    d, n, pad, T, s = 8, 50, 7, 6, 3
+    est = dp_glm.noisy_iht(LOGIT, s, T, split_budget=split)
+    beta = jnp.asarray(truth(0, d, 2))
+    data = LOGIT.simulate(jax.random.key(0), n, beta)
+    padded = GLMData(jnp.concatenate([data.x, jnp.asarray(_adversarial(pad, d))]),
+                     jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, 0))]))
+    hp = dp_glm.GLMHyperparams(*map(jnp.float32, (0.9, 1 / (2 * n), 1.0, 1.0, 0.0)))
+    state = est.init(0.5 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n, pad, T))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(info_g.support, info_w.support)
+    for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
+                    jax.tree_util.tree_leaves(info_w.events)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
