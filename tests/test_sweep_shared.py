@@ -454,3 +454,59 @@ def test_padded_rows_change_nothing_in_noisy_iht(split):
     for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
                     jax.tree_util.tree_leaves(info_w.events)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_clipped_gem_and_dp_em_exact_of_gem_fig2_share_programs_and_equal_their_own_kernels():
+    # Algorithms 1 (clipped) and 3 (exact M-step) beside Algorithm 2, n = 300 and 500
+    _, sets = _experiment_settings("gem_fig2", {
+        "methods": ("clipped-gem", "dp-em-exact"), "n_grid": (300,), "n_base": 500,
+        "d_grid": (3,), "d_base": 3, "eps_grid": (0.5, 1.0), "T": 4})
+    assert sorted(s.key.split(",")[0] for s in sets) == ["clipped-gem"] * 2 + ["dp-em-exact"] * 2
+    progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+    assert len(set(progs.values())) == 2  # one per method (the levels differ)
+
+
+@pytest.mark.parametrize("method", ["clipped-gem", "dp-em-exact"])
+def test_clipped_gem_and_dp_em_exact_compile_one_program_for_every_n_and_t(tmp_path, method):
+    sets = []
+    for n, T in ((300, 5), (400, 6), (500, 6)):
+        st = _gem_setting(n, 6, T, key=method)
+        if method == "clipped-gem":
+            levels = tuple({"epsilon": e, "delta": 1 / (2 * n), "eta": 1.0, "clip": 1.0}
+                           for e in (0.5, 1.0))
+            st = dataclasses.replace(st, estimator=dp_gem.clipped_gem(GMM, T, "paper"),
+                                     hparams_type=dp_gem.ClippedGEMHyperparams, levels=levels)
+        else:
+            levels = tuple({k: v for k, v in lv.items() if k != "eta"} for lv in st.levels)
+            st = dataclasses.replace(st, estimator=dp_gem.dp_exact_em(GMM, T),
+                                     hparams_type=dp_gem.DPEMExactHyperparams, levels=levels)
+        sets.append(st)
+    exp = Experiment(name="shared-gem", title="t", defaults={}, settings=lambda c: sets,
+                     reps=2, quick_reps=2)
+    before = sweep.compile_count()
+    study.run_experiment(exp, tmp_path, reps=2, seed=0, progress=False, num_devices=1)
+    assert sweep.compile_count() == before + 1
+    meta = json.loads((tmp_path / "config.json").read_text())["settings"]
+    assert [m["compiled"] for m in meta] == [True, False, False]
+
+
+@pytest.mark.parametrize("method", ["clipped-gem", "dp-em-exact"])
+def test_padded_rows_change_nothing_in_clipped_gem_and_dp_em_exact(method):
+    d, n, pad, T = 5, 60, 9, 6
+    beta = jnp.asarray(sparse_unit_beta(d, d))
+    data = GMM.simulate(jax.random.key(0), n, beta)
+    padded = GMMData(jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, d))]))
+    if method == "clipped-gem":
+        est = dp_gem.clipped_gem(GMM, T)
+        hp = dp_gem.ClippedGEMHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 1.0, 0.5)))
+    else:
+        est = dp_gem.dp_exact_em(GMM, T)
+        hp = dp_gem.DPEMExactHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 0.01, 0.05,
+                                                            0.0)))
+    state = est.init(0.8 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n, pad, T))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(info_g),
+                    jax.tree_util.tree_leaves(info_w)):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
