@@ -510,3 +510,33 @@ def test_padded_rows_change_nothing_in_clipped_gem_and_dp_em_exact(method):
     for a, b in zip(jax.tree_util.tree_leaves(info_g),
                     jax.tree_util.tree_leaves(info_w)):
         np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def test_ldp_gem_settings_share_programs_and_equal_their_own_kernels():
+    # gem_local's local-DP gradient EM (disjoint user groups), n = 300 and 500, T = 4 and 5:
+    # groups of 75 and 100 users; n = 300's run padded to 100 rows and 5 steps
+    from dpjax.experiments._gem_common import GemConfig, gem_level, method_setting
+
+    c = GemConfig().to_dict()
+    sets = [method_setting("ldp-gem", "gmm", n, 3,
+                           [gem_level(e, n, 1.0, c) for e in (0.5, 2.0, INF)], c, T)
+            for n, T in ((300, 4), (500, 5))]
+    progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+    assert progs[sets[0].key] == sweep.Program(5, 100, 3)
+
+
+def test_padded_rows_change_nothing_in_ldp_gem():
+    from dpjax.algorithms import ldp_gem
+
+    d, m, pad, T = 4, 40, 9, 6
+    est = ldp_gem.ldp_gem(GMM, T, batching="disjoint")
+    beta = jnp.asarray(sparse_unit_beta(d, d))
+    data = GMM.simulate(jax.random.key(0), m, beta)
+    padded = GMMData(jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, d))]))
+    hp = ldp_gem.LDPGEMHyperparams(*map(jnp.float32, (1.5, 1e-5, 1.0, 1.0, 0.05, 0.0)))
+    state = est.init(0.8 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(m, pad, T))
+    for a, b in zip(jax.tree_util.tree_leaves((got, info_g)),
+                    jax.tree_util.tree_leaves((want, info_w))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
