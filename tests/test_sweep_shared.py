@@ -540,3 +540,57 @@ def test_padded_rows_change_nothing_in_ldp_gem():
     for a, b in zip(jax.tree_util.tree_leaves((got, info_g)),
                     jax.tree_util.tree_leaves((want, info_w))):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_nldp_settings_of_ldp_nldp_share_one_program_and_equal_their_own_kernels():
+    # Algorithm 1 of the local-DP sparse regression (aggregate noise), in chunks of 1000
+    # users: n = 1000 (1 chunk), 1500 (1 chunk of 1500) and 3000 (3 chunks); the others run
+    # padded to 1500 rows and 3 steps; final iterate only
+    _, sets = _experiment_settings("ldp_nldp", {
+        "chunk": 1000, "n_grid": (1000, 1500, 3000), "n_dk": 3000, "d_grid": (4,),
+        "k_grid": (2,)})
+    assert [s.estimator.num_steps for s in sets] == [1, 1, 3]
+    progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+    assert set(progs.values()) == {sweep.Program(3, 1500, 5)}
+
+
+def test_plan_programs_leaves_out_a_setting_too_long_to_pad_and_keeps_the_rest(monkeypatch):
+    # rows the same, steps 1, 3 and 30: the 30-step setting's padded data pass the limit;
+    # the others share a program of their own longest steps (3), not 30
+    _, sets = _experiment_settings("ldp_nldp", {
+        "chunk": 1000, "n_grid": (1000, 3000, 30000), "n_dk": 3000, "d_grid": (4,),
+        "k_grid": (2,)})
+    row = 5 * 4  # x (4 floats) and y
+    monkeypatch.setattr(sweep, "SHARED_MAX_REP_BYTES", row * 1000 * 10)
+    progs = sweep.plan_programs(sets)
+    assert sets[2].key not in progs
+    assert progs[sets[0].key] == progs[sets[1].key] == sweep.Program(3, 1000, 5)
+
+
+def test_a_shared_setting_chunks_for_its_padded_data():
+    _, sets = _experiment_settings("ldp_nldp", {
+        "chunk": 1000, "n_grid": (1000, 3000), "n_dk": 3000, "d_grid": (4,), "k_grid": (2,)})
+    st, prog = sets[0], sweep.plan_programs(sets)[sets[0].key]
+    budget = 3 * (sweep.rep_bytes(st) + sweep._rep_data_bytes(st, prog))
+    assert sweep.auto_chunk(st, 100, budget) > sweep.auto_chunk(st, 100, budget, program=prog)
+    assert sweep.auto_chunk(st, 100, budget, program=prog) == 3
+
+
+def test_padded_rows_change_nothing_in_nldp():
+    from dpjax.algorithms import ldp_sparse as L
+
+    d, m, pad = 4, 60, 9
+    est = L.nldp(3)
+    x = jax.random.normal(jax.random.key(0), (m, d))
+    y = x @ jnp.asarray([0.5, 0.5, 0.0, 0.0]) + 0.5 * jax.random.normal(jax.random.key(1), (m,))
+    padded = (jnp.concatenate([x, jnp.asarray(_adversarial(pad, d))]),
+              jnp.concatenate([y, jnp.asarray(_adversarial(pad, 0))]))
+    hp = L.nldp_hparams(10 * m, d, 1.0, 1e-5)
+    hp = L.NLDPHyperparams(*map(jnp.float32, hp))
+    state = est.init(jnp.zeros(d))
+    state = state._replace(count=jnp.int32(120))  # a later chunk: the running means weigh it
+    want, info_w = est.step(jax.random.key(2), state, (x, y), hp)
+    got, info_g = est.padded.step(jax.random.key(2), state, padded, hp, _sizes(m, pad, 3))
+    for a, b in zip(jax.tree_util.tree_leaves((got, info_g)),
+                    jax.tree_util.tree_leaves((want, info_w))):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
