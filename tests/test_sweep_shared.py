@@ -594,3 +594,15 @@ def test_padded_rows_change_nothing_in_nldp():
     for a, b in zip(jax.tree_util.tree_leaves((got, info_g)),
                     jax.tree_util.tree_leaves((want, info_w))):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_real_data_study_plans_its_programs():
+    # the Card data's simulator hands out its 2191 records and refuses any other number: the
+    # shape family reads a record's shapes off a block at the setting's own size
+    _, sets = _experiment_settings("iv_card", {})
+    assert all(s.estimator.padded is not None for s in sets)
+    with pytest.raises(ValueError, match="2191"):
+        sets[0].simulate(jax.random.key(0), 1, sets[0].example_truth())
+    fams = {sweep.shape_family(s) for s in sets}
+    assert None not in fams
+    sweep.plan_programs(sets)  # no error (the three settings differ in their padded forms)
