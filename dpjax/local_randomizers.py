@@ -284,8 +284,11 @@ def aggregate_sigma(sigma: Any, n: int) -> Any:
     Args:
         sigma: the per-user std (from :func:`local_gaussian_sigma` or
             :func:`symmetric_gaussian_sigma`).
-        n: the public number of users, an integer ``>= 1``.
+        n: the public number of users, an integer ``>= 1``; or a runtime array (the padded
+            programs of :class:`dpjax.base.Padded`, whose count is public).
     """
+    if isinstance(n, jax.Array):
+        return sigma / jnp.sqrt(n)
     n = _validate.check_int_in_range(n, "n", 1)
     return sigma / math.sqrt(n)
 
@@ -831,7 +834,7 @@ def l2_ball_mechanism(
 def local_gaussian_aggregate(
     key: jax.Array,
     mean: BoundedStatistic,
-    n: int,
+    n: Any,
     epsilon: Any,
     delta: Any,
     *,
@@ -851,7 +854,8 @@ def local_gaussian_aggregate(
     Args:
         key: PRNG key.
         mean: ``BoundedStatistic(average, one user's range, "l2", "local")``.
-        n: the public number of users averaged (static int ``>= 1``).
+        n: the public number of users averaged (static int ``>= 1``, or a runtime count:
+            :func:`aggregate_sigma`).
         epsilon, delta: each user's budget.
         symmetric: the average is a symmetric ``(d, d)`` matrix with mirrored noise.
         log_constant: ``c`` of the classic calibration.

@@ -685,7 +685,7 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
     # their ranges, new repetitions are cut into chunks that fit the budget)
     plan = sweep.plan_run(s, reps, stored=store.ranges(s.key), chunk_size=chunk_size,
                           memory_budget_gb=memory_budget_gb, num_devices=num_devices,
-                          data_mode=data_mode)
+                          data_mode=data_mode, program=program)
     store.prune(s.key, plan.bounds)
     store.set_bounds(s.key, plan.bounds)
     t0 = time.perf_counter()

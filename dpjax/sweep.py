@@ -686,6 +686,15 @@ def _row_shapes(tree: Any) -> tuple:
     return treedef, tuple((tuple(x.shape), str(x.dtype)) for x in leaves)
 
 
+def _record_shapes(setting: Setting, truth: Any) -> Any:
+    """The shapes of one record of a setting's data: a block as ``simulate`` draws it, less
+    its row axis (drawn at the setting's own block size: a simulator of fixed real data
+    accepts no other)."""
+    block = jax.eval_shape(lambda k: setting.simulate(k, setting.plan.block_size, truth),
+                           jax.random.key(0))
+    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), block)
+
+
 def shape_family(setting: Setting) -> tuple | None:
     """What a setting's shared program is compiled for, but for the padded sizes: the padded
     form of its estimator, its record, whether only the final iterate is kept, the shapes of a
@@ -696,7 +705,7 @@ def shape_family(setting: Setting) -> tuple | None:
         return None
     truth = setting.example_truth()
     key = jax.random.key(0)
-    row = jax.eval_shape(lambda k: setting.simulate(k, 1, truth), key)
+    row = _record_shapes(setting, truth)
     params0 = jax.eval_shape(lambda k: setting.init(k, truth), key)
     return (est.padded, setting.record, setting.final_only, setting.hparams_type,
             _row_shapes(row), _row_shapes(params0), _row_shapes(truth))
@@ -704,8 +713,7 @@ def shape_family(setting: Setting) -> tuple | None:
 
 def _rep_data_bytes(setting: Setting, program: Program) -> int:
     """Bytes of one repetition's padded data in the shared program."""
-    truth = setting.example_truth()
-    row = jax.eval_shape(lambda k: setting.simulate(k, 1, truth), jax.random.key(0))
+    row = _record_shapes(setting, setting.example_truth())
     row_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize
                     for x in jax.tree_util.tree_leaves(row))
     batches = program.steps if setting.estimator.batching == "disjoint" else 1
@@ -727,9 +735,10 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
     bucket's scan runs its longest setting's number of iterations (the others skip the rest,
     at no cost) and its calls carry as many levels as its setting with the fewest (so no
     setting computes more levels than it has, but for filling its last group). A setting
-    whose padded data would exceed :data:`SHARED_MAX_REP_BYTES` per repetition is left out,
-    and so is a setting alone in its bucket (its own kernel is one program, the shared path
-    two).
+    whose padded data (its own steps at the bucket's rows) would exceed
+    :data:`SHARED_MAX_REP_BYTES` per repetition is left out, before the bucket's steps are
+    read off the others, and so is a setting alone in its bucket (its own kernel is one
+    program, the shared path two).
     """
     families: dict[Any, list[Setting]] = {}
     for s in settings:
@@ -743,10 +752,13 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
             top = _data_rows(todo[0])
             bucket = [s for s in todo if 2 * _data_rows(s) >= top]
             todo = [s for s in todo if 2 * _data_rows(s) < top]
-            prog = Program(max(s.estimator.num_steps for s in bucket), top,
-                           min(len(s.levels) for s in bucket))
-            fits = [s for s in bucket if _rep_data_bytes(s, prog) <= SHARED_MAX_REP_BYTES]
+            # a setting whose own steps at the bucket's rows would pass the limit keeps its
+            # own kernel (which can stream its batches); the rest run at their longest steps
+            fits = [s for s in bucket if _rep_data_bytes(
+                s, Program(s.estimator.num_steps, top, 1)) <= SHARED_MAX_REP_BYTES]
             if len(fits) > 1:  # one setting alone gains nothing: it keeps its own kernel
+                prog = Program(max(s.estimator.num_steps for s in fits), top,
+                               min(len(s.levels) for s in fits))
                 out.update((s.key, prog) for s in fits)
     return out
 
@@ -936,13 +948,17 @@ def rep_bytes(setting: Setting) -> int:
     return int(per_rep)
 
 
-def auto_chunk(setting: Setting, reps: int, budget_bytes: float, devices: int = 1) -> int:
+def auto_chunk(setting: Setting, reps: int, budget_bytes: float, devices: int = 1,
+               program: Program | None = None) -> int:
     """Repetitions per chunk so that each device's share of a chunk (its data and per-level
     temporaries) fits the budget, evened out over the chunks (every chunk is padded to one
     shape: 50 reps at most 18 per chunk run as 3 x 17, not 18 + 18 + 14 padded to 3 x 18).
     Evening out never takes a device below two repetitions per call where the budget holds
-    two (a chunk is a whole number of repetitions per device, and more than half the fit)."""
-    fit = int(max(1, budget_bytes // max(rep_bytes(setting), 1))) * devices
+    two (a chunk is a whole number of repetitions per device, and more than half the fit).
+    With the ``program`` of a shared path, a repetition also holds its padded data (every
+    step's batch at once: the shared path does not stream)."""
+    need = rep_bytes(setting) + (0 if program is None else _rep_data_bytes(setting, program))
+    fit = int(max(1, budget_bytes // max(need, 1))) * devices
     per = math.ceil(reps / math.ceil(reps / fit))
     return min(reps, math.ceil(per / devices) * devices)
 
@@ -1037,18 +1053,20 @@ class RunPlan:
 
 def plan_run(setting: Setting, reps: int, *, stored: Sequence[tuple[int, int]] = (),
              chunk_size: int | None = None, memory_budget_gb: float | None = None,
-             num_devices: int | None = None, data_mode: str = "auto") -> RunPlan:
+             num_devices: int | None = None, data_mode: str = "auto",
+             program: Program | None = None) -> RunPlan:
     """The run of ``reps`` repetitions of ``setting`` beside the stored chunks ``stored``:
     the data mode (:func:`resolve_data_mode`), the chunk size (``chunk_size``, else as many
     repetitions as fit each device's ``memory_budget_gb``, :func:`auto_chunk`, sized for the
-    repetitions still to compute), and the chunks, computed once (:func:`plan_bounds`)."""
+    repetitions still to compute, and for the padded data of the shared ``program`` the
+    setting runs in, if any), and the chunks, computed once (:func:`plan_bounds`)."""
     mode = resolve_data_mode(setting, data_mode)
     done = finished_prefix(stored)
     todo = max(reps - (done[-1][1] if done else 0), 1)
     if chunk_size is None:
         budget = default_memory_budget_gb() if memory_budget_gb is None else memory_budget_gb
         chunk_size = auto_chunk(setting, todo, budget * 2**30,
-                                num_devices or jax.local_device_count())
+                                num_devices or jax.local_device_count(), program)
     return RunPlan(mode, int(chunk_size), tuple(plan_bounds(stored, reps, chunk_size)))
 
 

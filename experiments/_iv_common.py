@@ -24,11 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax.algorithms import dp_iv
-from dpjax.base import Estimator, probe_events
+from dpjax.base import Estimator, Padded, probe_events
 from dpjax.config import Config, ConfigError, param
 from dpjax.experiments._common import INF
 from dpjax.experiments._common import ZeroInit as _ZeroInit
-from dpjax.models.iv import IVData, LinearIV, two_stage_least_squares
+from dpjax.models.iv import IVData, LinearIV, mask_rows, two_stage_least_squares
 from dpjax.sweep import DataPlan, Setting
 
 DELTA = 1e-5  # the paper's delta for the (epsilon, delta) display (Sec 4, footnote 3)
@@ -63,24 +63,49 @@ class TrackedInfo(NamedTuple):
     events: tuple  # the wrapped step's privacy events (Theta, beta)
 
 
-@functools.cache
-def tracked(estimator: Estimator) -> Estimator:
-    """The estimator with a 2SLS diagnostic in its state (see the module docstring)."""
-
-    def init(params0: Any) -> TrackedState:
-        inner = estimator.init(params0)
+def _tracked_init(init):
+    def tracked_init(params0: Any) -> TrackedState:
+        inner = init(params0)
         zero = jnp.zeros((), inner.beta.dtype)
         return TrackedState(inner, jnp.zeros_like(inner.beta), zero, zero)
 
+    return tracked_init
+
+
+def _tracked_state(inner, info, data: IVData) -> tuple[TrackedState, TrackedInfo]:
+    # the same for every step and level: XLA hoists it out of the scan
+    beta_hat, _ = two_stage_least_squares(data)
+    dtype = inner.beta.dtype
+    return TrackedState(inner, beta_hat.astype(dtype), info.clip_frac1.astype(dtype),
+                        info.clip_frac2.astype(dtype)), TrackedInfo(info.events)
+
+
+@functools.cache
+def tracked(estimator: Estimator) -> Estimator:
+    """The estimator with a 2SLS diagnostic in its state (see the module docstring); with the
+    estimator's padded form wrapped alike (:func:`_tracked_padded`), so that settings that
+    differ in ``n`` or ``T`` share one program."""
+
     def step(key: jax.Array, state: TrackedState, data: IVData, hparams: Any):
         inner, info = estimator.step(key, state.inner, data, hparams)
-        # the same for every step and level: XLA hoists it out of the scan
-        beta_hat, _ = two_stage_least_squares(data)
-        dtype = inner.beta.dtype
-        return TrackedState(inner, beta_hat.astype(dtype), info.clip_frac1.astype(dtype),
-                            info.clip_frac2.astype(dtype)), TrackedInfo(info.events)
+        return _tracked_state(inner, info, data)
 
-    return Estimator(estimator.name, init, step, estimator.num_steps, "full", estimator.ledger)
+    padded = None if estimator.padded is None else _tracked_padded(estimator.padded)
+    return Estimator(estimator.name, _tracked_init(estimator.init), step, estimator.num_steps,
+                     "full", estimator.ledger, padded=padded)
+
+
+@functools.cache
+def _tracked_padded(padded: Padded) -> Padded:
+    """:func:`tracked` of a padded form: the 2SLS diagnostic of the records, the padded rows
+    set to zero (:func:`~dpjax.models.iv.mask_rows`: zero rows add nothing to the normal
+    equations)."""
+
+    def step(key: jax.Array, state: TrackedState, data: IVData, hparams: Any, sizes: Any):
+        inner, info = padded.step(key, state.inner, data, hparams, sizes)
+        return _tracked_state(inner, info, mask_rows(data, sizes.mask))
+
+    return Padded(f"tracked {padded.family}", _tracked_init(padded.init), step, "full")
 
 
 @dataclasses.dataclass(frozen=True)

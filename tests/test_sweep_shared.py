@@ -333,3 +333,276 @@ def test_padded_rows_change_nothing_in_the_mixture_of_regressions_and_missing_co
         np.testing.assert_array_equal(got[n:], 0.0)
         got = got[:n]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# The families converted later: every setting of one experiment, shared against its own kernel
+# --------------------------------------------------------------------------------------------
+
+
+def _experiment_settings(name, overrides):
+    import dpjax.experiments
+
+    exp = dpjax.experiments.registry()[name]
+    config = study.resolve_config(exp, overrides)
+    return exp, study._study_settings(exp, config)
+
+
+def _assert_every_setting_shares_and_equals_its_own_kernel(settings, reps=2, seed=3):
+    progs = sweep.plan_programs(settings)
+    assert set(progs) == {s.key for s in settings}  # every setting runs a shared program
+    assert len(set(progs.values())) < len(settings)
+    for st in settings:
+        shared = sweep.run_setting(st, reps=reps, seed=seed, num_devices=1,
+                                   program=progs[st.key])
+        _assert_close(shared, _per_setting(st, reps, seed))
+    return progs
+
+
+def test_dp_iv_settings_of_iv_fig3_share_programs_and_equal_their_own_kernels():
+    # DP-2S-GD (paper calibration) and non-private 2S-GD, n = 300 and 500: 300 runs padded
+    _, sets = _experiment_settings("iv_fig3", {"dims": (3,), "n_grid": (300, 500), "T": 6,
+                                               "clip_consts": (1.0,)})
+    assert len(sets) == 4
+    progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+    assert progs["dp,d=3,n=300"] == progs["dp,d=3,n=500"] == sweep.Program(6, 500, 3)
+
+
+def test_dp_iv_horizons_share_one_program_and_equal_their_own_kernels():
+    # iv_fig6's study over horizons T (final iterate only): Algorithms 1 and 3 (beta only),
+    # every T through one program per method
+    _, sets = _experiment_settings("iv_fig6", {"T_grid": (4, 9), "n": 200})
+    _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+
+
+@pytest.mark.parametrize("calibration", ["tight", "paper"])
+def test_dp_iv_study_compiles_one_program_for_every_n(tmp_path, calibration):
+    import dpjax.experiments
+
+    exp = dpjax.experiments.registry()["iv_fig3"]
+    before = sweep.compile_count()
+    study.run_experiment(exp, tmp_path, reps=2, seed=0, progress=False, num_devices=1,
+                         overrides={"dims": (2,), "n_grid": (300, 400, 500), "T": 7,
+                                    "clip_consts": (1.0,), "references": False,
+                                    "calibration": calibration})
+    assert sweep.compile_count() == before + 1  # three n, one algorithm program
+    meta = json.loads((tmp_path / "config.json").read_text())["settings"]
+    assert [m["compiled"] for m in meta] == [True, False, False]
+    assert len({m["program"] for m in meta}) == 1
+
+
+@pytest.mark.parametrize("variant", ["dp", "beta-only", "none"])
+def test_padded_rows_change_nothing_in_dp_iv(variant):
+    from dpjax.algorithms import dp_iv
+    from dpjax.models.iv import IVData, LinearIV
+
+    model, n, pad, T = LinearIV(2, 3, 2), 50, 7, 5
+    truth = model.pack(model.draw_parameters(jax.random.key(0)))
+    data = model.simulate(jax.random.key(1), n, truth)
+    padded = IVData(*(jnp.concatenate([x, jnp.asarray(_adversarial(pad, x.shape[1] if x.ndim
+                                                                   > 1 else 0))])
+                      for x in data))
+    est = dp_iv._build(variant, "tight", T)
+    hp = dp_iv.DPIVHyperparams(*map(jnp.float32, (0.7, 0.4, 0.1, 0.05, 3.0, 2.0, 1e-5)))
+    state = dp_iv.DPIVState(0.5 * jnp.ones((3, 2)), jnp.asarray([0.3, -0.2]))
+    want, info_w = est.step(jax.random.key(2), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(2), state, padded, hp, _sizes(n, pad, T))
+    for a, b in zip(jax.tree_util.tree_leaves((got, info_g)),
+                    jax.tree_util.tree_leaves((want, info_w))):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    if variant == "dp":  # the clip fractions are of the records (some are clipped)
+        assert 0 < float(info_g.clip_frac2) < 1
+
+
+def test_noisy_iht_settings_of_glm_fig2_share_programs_and_equal_their_own_kernels():
+    # Algorithm 5 on the 8-bit grid design (row blocks of 32), n = 300 and 400; the
+    # budget-unsplit level too
+    _, sets = _experiment_settings("glm_fig2", {"d": 32, "s_grid": (2,), "s_base": 2,
+                                                "n_grid": (300, 400), "n_base": 400, "T": 5})
+    assert len(sets) == 2
+    progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+    assert progs[sets[0].key] == sweep.Program(5, 400, 2)
+
+
+def test_noisy_iht_settings_that_differ_in_n_and_t_compile_one_program(tmp_path):
+    import dpjax.experiments
+
+    exp = dpjax.experiments.registry()["glm_fig2"]
+    before = sweep.compile_count()
+    study.run_experiment(exp, tmp_path, reps=2, seed=0, progress=False, num_devices=1,
+                         overrides={"d": 28, "s_grid": (2,), "s_base": 2, "unsplit": False,
+                                    "n_grid": (300, 400, 500), "n_base": 500, "T": 4})
+    assert sweep.compile_count() == before + 1
+    meta = json.loads((tmp_path / "config.json").read_text())["settings"]
+    assert [m["compiled"] for m in meta] == [True, False, False]
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_padded_rows_change_nothing_in_noisy_iht(split):
+    d, n, pad, T, s = 8, 50, 7, 6, 3
+    est = dp_glm.noisy_iht(LOGIT, s, T, split_budget=split)
+    beta = jnp.asarray(truth(0, d, 2))
+    data = LOGIT.simulate(jax.random.key(0), n, beta)
+    padded = GLMData(jnp.concatenate([data.x, jnp.asarray(_adversarial(pad, d))]),
+                     jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, 0))]))
+    hp = dp_glm.GLMHyperparams(*map(jnp.float32, (0.9, 1 / (2 * n), 1.0, 1.0, 0.0)))
+    state = est.init(0.5 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n, pad, T))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(info_g.support, info_w.support)
+    for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
+                    jax.tree_util.tree_leaves(info_w.events)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_clipped_gem_and_dp_em_exact_of_gem_fig2_share_programs_and_equal_their_own_kernels():
+    # Algorithms 1 (clipped) and 3 (exact M-step) beside Algorithm 2, n = 300 and 500
+    _, sets = _experiment_settings("gem_fig2", {
+        "methods": ("clipped-gem", "dp-em-exact"), "n_grid": (300,), "n_base": 500,
+        "d_grid": (3,), "d_base": 3, "eps_grid": (0.5, 1.0), "T": 4})
+    assert sorted(s.key.split(",")[0] for s in sets) == ["clipped-gem"] * 2 + ["dp-em-exact"] * 2
+    progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+    assert len(set(progs.values())) == 2  # one per method (the levels differ)
+
+
+@pytest.mark.parametrize("method", ["clipped-gem", "dp-em-exact"])
+def test_clipped_gem_and_dp_em_exact_compile_one_program_for_every_n_and_t(tmp_path, method):
+    sets = []
+    for n, T in ((300, 5), (400, 6), (500, 6)):
+        st = _gem_setting(n, 6, T, key=method)
+        if method == "clipped-gem":
+            levels = tuple({"epsilon": e, "delta": 1 / (2 * n), "eta": 1.0, "clip": 1.0}
+                           for e in (0.5, 1.0))
+            st = dataclasses.replace(st, estimator=dp_gem.clipped_gem(GMM, T, "paper"),
+                                     hparams_type=dp_gem.ClippedGEMHyperparams, levels=levels)
+        else:
+            levels = tuple({k: v for k, v in lv.items() if k != "eta"} for lv in st.levels)
+            st = dataclasses.replace(st, estimator=dp_gem.dp_exact_em(GMM, T),
+                                     hparams_type=dp_gem.DPEMExactHyperparams, levels=levels)
+        sets.append(st)
+    exp = Experiment(name="shared-gem", title="t", defaults={}, settings=lambda c: sets,
+                     reps=2, quick_reps=2)
+    before = sweep.compile_count()
+    study.run_experiment(exp, tmp_path, reps=2, seed=0, progress=False, num_devices=1)
+    assert sweep.compile_count() == before + 1
+    meta = json.loads((tmp_path / "config.json").read_text())["settings"]
+    assert [m["compiled"] for m in meta] == [True, False, False]
+
+
+@pytest.mark.parametrize("method", ["clipped-gem", "dp-em-exact"])
+def test_padded_rows_change_nothing_in_clipped_gem_and_dp_em_exact(method):
+    d, n, pad, T = 5, 60, 9, 6
+    beta = jnp.asarray(sparse_unit_beta(d, d))
+    data = GMM.simulate(jax.random.key(0), n, beta)
+    padded = GMMData(jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, d))]))
+    if method == "clipped-gem":
+        est = dp_gem.clipped_gem(GMM, T)
+        hp = dp_gem.ClippedGEMHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 1.0, 0.5)))
+    else:
+        est = dp_gem.dp_exact_em(GMM, T)
+        hp = dp_gem.DPEMExactHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 0.01, 0.05,
+                                                            0.0)))
+    state = est.init(0.8 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n, pad, T))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(info_g),
+                    jax.tree_util.tree_leaves(info_w)):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def test_ldp_gem_settings_share_programs_and_equal_their_own_kernels():
+    # gem_local's local-DP gradient EM (disjoint user groups), n = 300 and 500, T = 4 and 5:
+    # groups of 75 and 100 users; n = 300's run padded to 100 rows and 5 steps
+    from dpjax.experiments._gem_common import GemConfig, gem_level, method_setting
+
+    c = GemConfig().to_dict()
+    sets = [method_setting("ldp-gem", "gmm", n, 3,
+                           [gem_level(e, n, 1.0, c) for e in (0.5, 2.0, INF)], c, T)
+            for n, T in ((300, 4), (500, 5))]
+    progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+    assert progs[sets[0].key] == sweep.Program(5, 100, 3)
+
+
+def test_padded_rows_change_nothing_in_ldp_gem():
+    from dpjax.algorithms import ldp_gem
+
+    d, m, pad, T = 4, 40, 9, 6
+    est = ldp_gem.ldp_gem(GMM, T, batching="disjoint")
+    beta = jnp.asarray(sparse_unit_beta(d, d))
+    data = GMM.simulate(jax.random.key(0), m, beta)
+    padded = GMMData(jnp.concatenate([data.y, jnp.asarray(_adversarial(pad, d))]))
+    hp = ldp_gem.LDPGEMHyperparams(*map(jnp.float32, (1.5, 1e-5, 1.0, 1.0, 0.05, 0.0)))
+    state = est.init(0.8 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(m, pad, T))
+    for a, b in zip(jax.tree_util.tree_leaves((got, info_g)),
+                    jax.tree_util.tree_leaves((want, info_w))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_nldp_settings_of_ldp_nldp_share_one_program_and_equal_their_own_kernels():
+    # Algorithm 1 of the local-DP sparse regression (aggregate noise), in chunks of 1000
+    # users: n = 1000 (1 chunk), 1500 (1 chunk of 1500) and 3000 (3 chunks); the others run
+    # padded to 1500 rows and 3 steps; final iterate only
+    _, sets = _experiment_settings("ldp_nldp", {
+        "chunk": 1000, "n_grid": (1000, 1500, 3000), "n_dk": 3000, "d_grid": (4,),
+        "k_grid": (2,)})
+    assert [s.estimator.num_steps for s in sets] == [1, 1, 3]
+    progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
+    assert set(progs.values()) == {sweep.Program(3, 1500, 5)}
+
+
+def test_plan_programs_leaves_out_a_setting_too_long_to_pad_and_keeps_the_rest(monkeypatch):
+    # rows the same, steps 1, 3 and 30: the 30-step setting's padded data pass the limit;
+    # the others share a program of their own longest steps (3), not 30
+    _, sets = _experiment_settings("ldp_nldp", {
+        "chunk": 1000, "n_grid": (1000, 3000, 30000), "n_dk": 3000, "d_grid": (4,),
+        "k_grid": (2,)})
+    row = 5 * 4  # x (4 floats) and y
+    monkeypatch.setattr(sweep, "SHARED_MAX_REP_BYTES", row * 1000 * 10)
+    progs = sweep.plan_programs(sets)
+    assert sets[2].key not in progs
+    assert progs[sets[0].key] == progs[sets[1].key] == sweep.Program(3, 1000, 5)
+
+
+def test_a_shared_setting_chunks_for_its_padded_data():
+    _, sets = _experiment_settings("ldp_nldp", {
+        "chunk": 1000, "n_grid": (1000, 3000), "n_dk": 3000, "d_grid": (4,), "k_grid": (2,)})
+    st, prog = sets[0], sweep.plan_programs(sets)[sets[0].key]
+    budget = 3 * (sweep.rep_bytes(st) + sweep._rep_data_bytes(st, prog))
+    assert sweep.auto_chunk(st, 100, budget) > sweep.auto_chunk(st, 100, budget, program=prog)
+    assert sweep.auto_chunk(st, 100, budget, program=prog) == 3
+
+
+def test_padded_rows_change_nothing_in_nldp():
+    from dpjax.algorithms import ldp_sparse as L
+
+    d, m, pad = 4, 60, 9
+    est = L.nldp(3)
+    x = jax.random.normal(jax.random.key(0), (m, d))
+    y = x @ jnp.asarray([0.5, 0.5, 0.0, 0.0]) + 0.5 * jax.random.normal(jax.random.key(1), (m,))
+    padded = (jnp.concatenate([x, jnp.asarray(_adversarial(pad, d))]),
+              jnp.concatenate([y, jnp.asarray(_adversarial(pad, 0))]))
+    hp = L.nldp_hparams(10 * m, d, 1.0, 1e-5)
+    hp = L.NLDPHyperparams(*map(jnp.float32, hp))
+    state = est.init(jnp.zeros(d))
+    state = state._replace(count=jnp.int32(120))  # a later chunk: the running means weigh it
+    want, info_w = est.step(jax.random.key(2), state, (x, y), hp)
+    got, info_g = est.padded.step(jax.random.key(2), state, padded, hp, _sizes(m, pad, 3))
+    for a, b in zip(jax.tree_util.tree_leaves((got, info_g)),
+                    jax.tree_util.tree_leaves((want, info_w))):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_real_data_study_plans_its_programs():
+    # the Card data's simulator hands out its 2191 records and refuses any other number: the
+    # shape family reads a record's shapes off a block at the setting's own size
+    _, sets = _experiment_settings("iv_card", {})
+    assert all(s.estimator.padded is not None for s in sets)
+    with pytest.raises(ValueError, match="2191"):
+        sets[0].simulate(jax.random.key(0), 1, sets[0].example_truth())
+    fams = {sweep.shape_family(s) for s in sets}
+    assert None not in fams
+    sweep.plan_programs(sets)  # no error (the three settings differ in their padded forms)

@@ -97,6 +97,7 @@ from dpjax.base import Estimator, FitResult, Padded, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     bounded_mean,
+    bounded_mean_from_sum,
     clip_l2,
     gaussian_mechanism_zcdp,
 )
@@ -241,7 +242,8 @@ def _make_robust_step(model: EMModel, num_iterations: int, s_rule: SRule, sample
             n, d = u.shape
             steps, count = num_iterations, None
         else:  # padded (see _padded_robust): zero rows past the count, psi(0) = 0
-            u = model.per_sample_gradients(beta, data, mask=sizes.mask)
+            u = (model.m_step_terms(beta, data, mask=sizes.mask) if exact_m
+                 else model.per_sample_gradients(beta, data, mask=sizes.mask))
             d = u.shape[1]
             n = count = sizes.count.astype(beta.dtype)
             steps = sizes.num_steps.astype(beta.dtype)
@@ -264,14 +266,26 @@ def _make_robust_step(model: EMModel, num_iterations: int, s_rule: SRule, sample
     return step
 
 
-def _make_clipped_step(model: EMModel, num_iterations: int, calibration: str = "gaussian"):
-    def step(key, state: GEMState, data, hp: ClippedGEMHyperparams):
+def _make_clipped_step(model: EMModel, num_iterations: int | None,
+                       calibration: str = "gaussian"):
+    """Algorithm 1's step; ``num_iterations=None``: the padded form's (:func:`_padded_clipped`),
+    with ``n`` and ``T`` from the runtime ``sizes`` (the padded rows' gradients are zero, and so
+    are their clipped terms)."""
+    def step(key, state: GEMState, data, hp: ClippedGEMHyperparams, sizes=None):
         beta = state.beta
-        g = model.per_sample_gradients(beta, data)  # (n, d)
-        clip = jnp.asarray(hp.clip, g.dtype)
-        # one clipped record moves the mean by at most 2C/n in l2
-        stat = bounded_mean(clip_l2(g, clip), 2.0 * clip, "l2")
-        rho = total_rho(hp.epsilon, hp.delta, calibration) / num_iterations
+        if sizes is None:
+            g = model.per_sample_gradients(beta, data)  # (n, d)
+            clip = jnp.asarray(hp.clip, g.dtype)
+            # one clipped record moves the mean by at most 2C/n in l2
+            stat = bounded_mean(clip_l2(g, clip), 2.0 * clip, "l2")
+            steps = num_iterations
+        else:
+            g = model.per_sample_gradients(beta, data, mask=sizes.mask)
+            clip = jnp.asarray(hp.clip, g.dtype)
+            stat = bounded_mean_from_sum(jnp.sum(clip_l2(g, clip), axis=0),
+                                         sizes.count.astype(g.dtype), 2.0 * clip, "l2")
+            steps = sizes.num_steps.astype(g.dtype)
+        rho = total_rho(hp.epsilon, hp.delta, calibration) / steps
         release, ev = gaussian_mechanism_zcdp(key, stat, rho)
         new = beta + jnp.asarray(hp.eta, beta.dtype) * release.astype(beta.dtype)
         return GEMState(new), GEMInfo(ev.scale.astype(beta.dtype), clip.astype(beta.dtype),
@@ -343,22 +357,33 @@ def _build_robust(model: EMModel, num_iterations: int, s_rule: SRule, sample_spl
     step = _make_robust_step(model, num_iterations, s_rule, sample_split, exact_m, calibration)
     batching = "disjoint" if sample_split else "full"
     return Estimator(name, _init, step, num_iterations, batching, ledger_fn,
-                     padded=None if exact_m else _padded_robust(model, s_rule, sample_split,
-                                                                 calibration))
+                     padded=_padded_robust(model, s_rule, sample_split, calibration, exact_m))
 
 
 @functools.lru_cache(maxsize=512)
 def _padded_robust(model: EMModel, s_rule: SRule, sample_split: bool,
-                   calibration: str = "gaussian") -> Padded | None:
-    """Algorithm 2 with ``n`` and ``T`` as runtime values (one program for every ``n`` and
-    ``T``): they enter the step only through the count of its data (``s``, the mean) and the
-    number of releases (``rho``)."""
+                   calibration: str = "gaussian", exact_m: bool = False) -> Padded | None:
+    """Algorithms 2 and 3 with ``n`` and ``T`` as runtime values (one program for every ``n``
+    and ``T``): they enter the step only through the count of its data (``s``, the mean) and
+    the number of releases (``rho``); the padded rows' per-sample terms are zero, and
+    ``psi(0) = 0``."""
     if not getattr(model, "supports_mask", False):
         return None
     batching = "disjoint" if sample_split else "full"
-    return Padded(f"dp-gem/{model.name}[{s_rule},{batching},{calibration}]", _init,
-                  _make_robust_step(model, None, s_rule, sample_split, False, calibration),
+    prefix = "dp-em-exact" if exact_m else "dp-gem"
+    return Padded(f"{prefix}/{model.name}[{s_rule},{batching},{calibration}]", _init,
+                  _make_robust_step(model, None, s_rule, sample_split, exact_m, calibration),
                   batching)
+
+
+@functools.lru_cache(maxsize=512)
+def _padded_clipped(model: EMModel, calibration: str) -> Padded | None:
+    """Algorithm 1 with ``n`` and ``T`` as runtime values: they enter the step only through
+    the count of the clipped mean and the per-step budget ``rho / T``."""
+    if not getattr(model, "supports_mask", False):
+        return None
+    return Padded(f"clipped-gem/{model.name}[{calibration}]", _init,
+                  _make_clipped_step(model, None, calibration), "full")
 
 
 @functools.lru_cache(maxsize=512)
@@ -372,7 +397,8 @@ def clipped_gem(model: EMModel, num_iterations: int, calibration: str = "gaussia
     ledger_fn = functools.partial(_ledger, name, "clipped", model, num_iterations, None,
                                   calibration)
     return Estimator(name, _init, _make_clipped_step(model, num_iterations, calibration),
-                     num_iterations, "full", ledger_fn)
+                     num_iterations, "full", ledger_fn,
+                     padded=_padded_clipped(model, calibration))
 
 
 # --------------------------------------------------------------------------------------------

@@ -457,17 +457,25 @@ def _make_noisy_gd_step(model: GLM, T: int | None, calibration: Calibration, mar
     return step
 
 
-def _make_noisy_iht_step(model: GLM, T: int, s: int, margin: float, split: bool,
+def _make_noisy_iht_step(model: GLM, T: int | None, s: int, margin: float, split: bool,
                          calibration: str = "paper"):
-    def step(key, state: GLMState, data, hp: GLMHyperparams):
+    """Algorithm 5's step; ``T = None``: the padded form's, with ``T`` and ``n`` from the
+    runtime ``sizes`` (:class:`dpjax.base.Padded`)."""
+    def step(key, state: GLMState, data, hp: GLMHyperparams, sizes=None):
         beta = state.beta
         # beta has at most s non-zeros (beta0 is checked, then peeling keeps s): the
         # predictors read only those s columns of the design
         support = jax.lax.top_k(jnp.abs(beta), s)[1]
-        grad = model.clipped_gradient(beta, data, hp.truncation, "linf", support=support)
+        if sizes is None:
+            grad = model.clipped_gradient(beta, data, hp.truncation, "linf", support=support)
+            T_run = T
+        else:
+            grad = model.clipped_gradient(beta, data, hp.truncation, "linf", support=support,
+                                          mask=sizes.mask, count=sizes.count.astype(beta.dtype))
+            T_run = sizes.num_steps.astype(beta.dtype)
         # l-infinity sensitivity eta * B / n (declared; the true one rides along in the event)
         stat = with_sensitivity_margin(grad, margin).scale(-hp.eta).shift(beta)
-        k = T if split else 1
+        k = T_run if split else 1
         peeled = noisy_hard_threshold(key, stat, s, hp.epsilon / k, hp.delta / k, calibration)
         ev = peeled.event
         return GLMState(peeled.value), GLMInfo(ev.scale.astype(beta.dtype), peeled.support,
@@ -597,7 +605,21 @@ def _build_noisy_iht(model: GLM, s: int, T: int, b: float, split: bool,
         _make_noisy_iht_step(model, T, s, b / 2.0, split, calibration), T, "full",
         functools.partial(_ledger_alg5, name, model, T, s, b, split, calibration),
         functools.partial(_check, model, b, 1),
+        _padded_noisy_iht(model, s, b, split, calibration),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _padded_noisy_iht(model: GLM, s: int, b: float, split: bool, calibration: str
+                      ) -> Padded | None:
+    """Algorithm 5 with ``n`` and ``T`` as runtime values (one program for every ``n`` and
+    ``T`` at a sparsity ``s``): the step's only uses of them are the gradient's count and the
+    per-step split of the budget."""
+    if not getattr(model, "supports_mask", False):
+        return None
+    return Padded(f"alg5-noisy-iht{'' if split else '[unsplit]'}[s={s},{calibration}]/"
+                  f"{model.name}", functools.partial(_sparse_init, s),
+                  _make_noisy_iht_step(model, None, s, b / 2.0, split, calibration), "full")
 
 
 def _check(model: GLM, b: float, d: int, n: int, hp: GLMHyperparams, dtype) -> None:

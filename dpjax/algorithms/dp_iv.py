@@ -69,7 +69,7 @@ import numpy as np
 from dpjax import _validate, registry
 from dpjax.accounting import ZCDP, Ledger, Release
 from dpjax.algorithms._boundary import checked_inputs
-from dpjax.base import Estimator, FitResult, fit
+from dpjax.base import Estimator, FitResult, Padded, Sizes, fit
 from dpjax.mechanisms import PrivacyEvent, gaussian_mechanism_zcdp, no_privacy_event
 from dpjax.models import iv
 
@@ -158,8 +158,13 @@ def per_step_rho(calibration: Calibration, rho: Any, num_iterations: int) -> Any
 # --------------------------------------------------------------------------------------------
 
 
-def _clip_fraction(norms: jax.Array, gamma: jax.Array) -> jax.Array:
-    return jnp.mean((norms > gamma).astype(norms.dtype))
+def _clip_fraction(norms: jax.Array, gamma: jax.Array, sizes: Sizes | None = None
+                   ) -> jax.Array:
+    clipped = (norms > gamma).astype(norms.dtype)
+    if sizes is None:
+        return jnp.mean(clipped)
+    # padded rows are zero records (norm 0: never clipped); the fraction is of the count
+    return jnp.sum(clipped) / sizes.count.astype(norms.dtype)
 
 
 def _no_release() -> tuple[PrivacyEvent, PrivacyEvent]:
@@ -167,41 +172,48 @@ def _no_release() -> tuple[PrivacyEvent, PrivacyEvent]:
     return no_privacy_event("l2"), no_privacy_event("l2")
 
 
-def _make_step(variant: Variant, calibration: Calibration, num_iterations: int):
-    T = num_iterations
+def _make_step(variant: Variant, calibration: Calibration, num_iterations: int | None):
+    """The step; ``num_iterations=None``: the padded form's (:func:`_padded`), with ``n`` and
+    ``T`` from the runtime ``sizes`` and the padded rows zeroed (:func:`dpjax.models.iv.mask_rows`:
+    a zero record's gradients are zero in both stages)."""
 
-    def step(key, state: DPIVState, data: iv.IVData, hp: DPIVHyperparams):
+    def step(key, state: DPIVState, data: iv.IVData, hp: DPIVHyperparams, sizes=None):
         theta, beta = state.theta, state.beta
         dtype = beta.dtype
         zero = jnp.zeros((), dtype)
+        if sizes is None:
+            T, count, n = num_iterations, None, data.z.shape[0]
+        else:
+            data = iv.mask_rows(data, sizes.mask)
+            T = sizes.num_steps.astype(dtype)
+            count = n = sizes.count.astype(dtype)
         if variant == "none":
             del key  # non-private: no randomness
-            g1 = iv.first_stage_gradient(theta, data)
-            g2 = iv.second_stage_gradient(theta, beta, data)  # at the old Theta^(t)
+            g1 = iv.first_stage_gradient(theta, data, count)
+            g2 = iv.second_stage_gradient(theta, beta, data, count)  # at the old Theta^(t)
             return DPIVState(theta - hp.eta * g1, beta - hp.alpha * g2), DPIVInfo(
                 zero, zero, zero, zero, _no_release())
 
         key_theta, key_beta = jax.random.split(key)
         norms1, norms2 = iv.gradient_norms(theta, beta, data)
-        g2 = iv.clipped_second_stage_gradient(theta, beta, data, hp.gamma2)
+        g2 = iv.clipped_second_stage_gradient(theta, beta, data, hp.gamma2, count)
         if variant == "dp":
-            g1 = iv.clipped_first_stage_gradient(theta, data, hp.gamma1)
+            g1 = iv.clipped_first_stage_gradient(theta, data, hp.gamma1, count)
             noisy1, ev1 = gaussian_mechanism_zcdp(key_theta, g1, per_step_rho(calibration,
                                                                               hp.rho1, T))
-            sigma1, clip1 = ev1.scale, _clip_fraction(norms1, hp.gamma1)
+            sigma1, clip1 = ev1.scale, _clip_fraction(norms1, hp.gamma1, sizes)
         else:  # "beta-only": Algorithm 3, first stage unclipped and un-noised (not DP)
             del key_theta
-            noisy1 = iv.first_stage_gradient(theta, data)
+            noisy1 = iv.first_stage_gradient(theta, data, count)
             ev1 = no_privacy_event("l2")
             sigma1, clip1 = zero, zero
             # Declared 2 gamma2/n as the paper calibrates; true 2 gamma2: Theta^(t) depends on
             # every record, so one replacement moves all n clipped terms (spec 004 §6 A2).
-            n = data.z.shape[0]
             g2 = g2.declare(2.0 * hp.gamma2 / n, 2.0 * hp.gamma2)
         noisy2, ev2 = gaussian_mechanism_zcdp(key_beta, g2, per_step_rho(calibration, hp.rho2, T))
         new = DPIVState(theta - hp.eta * noisy1, beta - hp.alpha * noisy2)
-        info = DPIVInfo(clip1, _clip_fraction(norms2, hp.gamma2), jnp.asarray(sigma1, dtype),
-                        jnp.asarray(ev2.scale, dtype), (ev1, ev2))
+        info = DPIVInfo(clip1, _clip_fraction(norms2, hp.gamma2, sizes),
+                        jnp.asarray(sigma1, dtype), jnp.asarray(ev2.scale, dtype), (ev1, ev2))
         return new, info
 
     return step
@@ -226,7 +238,16 @@ def _build(variant: Variant, calibration: Calibration, num_iterations: int) -> E
         name += f"/{calibration}"
     ledger_fn = functools.partial(_ledger, name, variant, calibration, num_iterations)
     return Estimator(name, _init, _make_step(variant, calibration, num_iterations),
-                     num_iterations, "full", ledger_fn)
+                     num_iterations, "full", ledger_fn, padded=_padded(variant, calibration))
+
+
+@functools.lru_cache(maxsize=64)
+def _padded(variant: Variant, calibration: Calibration) -> Padded:
+    """The padded form (one program for every ``n`` and ``T``): the step reads ``n`` only as
+    the count its means divide by (and beta-only's declared sensitivity) and ``T`` only in the
+    per-step budget (:func:`per_step_rho`)."""
+    name = _NAMES[variant] + (f"/{calibration}" if variant != "none" else "")
+    return Padded(name, _init, _make_step(variant, calibration, None), "full")
 
 
 def dp_2s_gd(num_iterations: int, calibration: Calibration = "tight") -> Estimator:

@@ -30,7 +30,7 @@ from dpjax.algorithms._gem_core import (
     _robust_fields,
     eps_tilde,
 )
-from dpjax.base import Estimator, FitResult, fit
+from dpjax.base import Estimator, FitResult, Padded, fit
 from dpjax.mechanisms import (
     BoundedStatistic,
     PrivacyEvent,
@@ -106,7 +106,9 @@ def ldp_smoothing_parameters(s_rule: LDPSRule, m: int, d: int, hp: LDPGEMHyperpa
     dtype = et.dtype
     beta_s = jnp.sqrt(jnp.log(d / jnp.asarray(hp.zeta, dtype)))
     if s_rule == "ldp":
-        s = jnp.sqrt(math.sqrt(m) * jnp.asarray(hp.tau, dtype) * et) / (2.0 * beta_s)
+        # m a host number, or the runtime group size of the padded form (ldp_gem's)
+        root_m = math.sqrt(m) if isinstance(m, (int, float)) else jnp.sqrt(m)
+        s = jnp.sqrt(root_m * jnp.asarray(hp.tau, dtype) * et) / (2.0 * beta_s)
     elif s_rule == "explicit":
         s = jnp.asarray(hp.s, dtype)
     else:
@@ -140,11 +142,18 @@ def _user_group(data: Any, t: jax.Array, num_iterations: int, n: int):
     return batch, jnp.arange(m_max) < size, size
 
 
-def _make_ldp_step(model: EMModel, num_iterations: int, s_rule: LDPSRule, batching: str):
-    def step(key, state: LDPGEMState, data, hp: LDPGEMHyperparams):
+def _make_ldp_step(model: EMModel, num_iterations: int | None, s_rule: LDPSRule,
+                   batching: str):
+    """The step; ``num_iterations=None``: the padded form's (disjoint groups only,
+    :func:`_padded_ldp`), the group's size from the runtime ``sizes`` and its padded rows'
+    gradients zero (their reports are dropped)."""
+    def step(key, state: LDPGEMState, data, hp: LDPGEMHyperparams, sizes=None):
         beta = state.beta
         n, d = model.num_records(data), beta.shape[0]
-        if batching == "disjoint":  # data is this round's group already
+        if sizes is not None:  # a padded group: the mask's rows are its users
+            batch, valid = data, sizes.mask
+            size = m = sizes.count.astype(beta.dtype)
+        elif batching == "disjoint":  # data is this round's group already
             batch, valid, size, m = data, jnp.ones((n,), bool), jnp.asarray(n), n
         else:
             if n < num_iterations:
@@ -155,8 +164,9 @@ def _make_ldp_step(model: EMModel, num_iterations: int, s_rule: LDPSRule, batchi
         s, beta_s = ldp_smoothing_parameters(s_rule, m, d, hp)
         # each user releases once: the whole per-user budget rho = eps~^2 on this one report
         rho = jnp.square(eps_tilde(hp.epsilon, hp.delta))
-        reports, ev = local_mechanism(key, local_gradient_scores(model, beta, batch, s, beta_s),
-                                      gaussian_mechanism_zcdp, rho)
+        scores = (local_gradient_scores(model, beta, batch, s, beta_s) if sizes is None else
+                  local_scores(model.per_sample_gradients(beta, batch, mask=valid), s, beta_s))
+        reports, ev = local_mechanism(key, scores, gaussian_mechanism_zcdp, rho)
         reports = jnp.where(valid[:, None], reports.astype(beta.dtype), 0.0)
         g = jnp.sum(reports, axis=0) / size.astype(beta.dtype)  # a public group size
         new = beta + jnp.asarray(hp.eta, beta.dtype) * g
@@ -224,7 +234,21 @@ def ldp_gem(model: EMModel, num_iterations: int, s_rule: LDPSRule = "ldp",
     name = f"ldp-gem/{model.name}"
     ledger_fn = functools.partial(_ldp_ledger, name, model, num_iterations, s_rule)
     return Estimator(name, _ldp_init, _make_ldp_step(model, num_iterations, s_rule, batching),
-                     num_iterations, batching, ledger_fn)
+                     num_iterations, batching, ledger_fn,
+                     padded=_padded_ldp(model, s_rule) if batching == "disjoint" else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _padded_ldp(model: EMModel, s_rule: LDPSRule) -> Padded | None:
+    """The disjoint-group estimator with the group size and ``T`` as runtime values (one
+    program for every ``n`` and ``T``): the step reads neither but through its group's size
+    (``s`` and the average); the padded rows are no users (masked gradients, reports
+    dropped). Per-user noise keys ``split(key, rows)`` keep every real user's draw (JAX's
+    partitionable threefry: a prefix of a longer split)."""
+    if not getattr(model, "supports_mask", False) or not jax.config.jax_threefry_partitionable:
+        return None
+    return Padded(f"ldp-gem/{model.name}[{s_rule}]", _ldp_init,
+                  _make_ldp_step(model, None, s_rule, "disjoint"), "disjoint")
 
 
 def _ldp_ledger(name: str, model: EMModel, num_iterations: int, s_rule: str, n: int, hparams: Any,

@@ -65,7 +65,7 @@ from dpjax.accounting import (
     compose_parallel,
 )
 from dpjax.algorithms._boundary import checked_inputs
-from dpjax.base import Estimator, FitResult, batch_size, fit
+from dpjax.base import Estimator, FitResult, Padded, batch_size, fit
 from dpjax.local_randomizers import (
     l2_ball_mechanism,
     ldp_iht_radius,
@@ -339,9 +339,10 @@ def heavy_tailed_hparams(n: int, d: int, epsilon: float, delta: float, p: float,
     return base._replace(tau2=np.float32(tau2), lam=np.float32(lam))
 
 
-def _nldp_reports(key, x, y, hp, d, per_user, cov, calibration):
-    """One chunk of users' two averaged releases (values and events), per user or aggregate."""
-    m = x.shape[0]
+def _nldp_reports(key, x, y, hp, d, per_user, cov, calibration, count=None):
+    """One chunk of users' two averaged releases (values and events), per user or aggregate
+    (``count``: the chunk's users at runtime, aggregate only, its padded rows zero)."""
+    m = x.shape[0] if count is None else count
     per_user = per_user or secure_active()  # exact reports are every user's own
     key_cov, key_xy = jax.random.split(key)
     eps_half, delta_half = hp.epsilon / 2, hp.delta / 2
@@ -362,7 +363,8 @@ def _nldp_reports(key, x, y, hp, d, per_user, cov, calibration):
         mean_cov = BoundedStatistic(x_clip.T @ x_clip / m, range_cov, "l2", "local")
         rel_cov = local_gaussian_aggregate(key_cov, mean_cov, m, eps_half, delta_half,
                                            symmetric=True, calibration=calibration)
-        mean_xy = BoundedStatistic(jnp.mean(prods, axis=0), range_xy, "l2", "local")
+        mean_xy = BoundedStatistic(jnp.mean(prods, axis=0) if count is None else
+                                   jnp.sum(prods, axis=0) / m, range_xy, "l2", "local")
         rel_xy = local_gaussian_aggregate(key_xy, mean_xy, m, eps_half, delta_half,
                                           calibration=calibration)
     return rel_cov, rel_xy
@@ -430,16 +432,43 @@ def nldp(num_chunks: int = 1, *, per_user: bool = False,
     name = "ldp-nldp" + ("/per-user" if per_user else "") + ("/exact-range" if cov == "exact"
                                                                else "")
 
-    def init(params0):
-        d = params0.shape[0]
-        z = jnp.zeros((), params0.dtype)
-        return NLDPState(jnp.zeros_like(params0), jnp.zeros((d, d), params0.dtype),
-                         jnp.zeros_like(params0), jnp.zeros((), jnp.int32), z)
+    init = _nldp_init
+    step = _make_nldp_step(per_user, cov, calibration)
+    padded = None if per_user else _padded_nldp(cov, calibration)
+    return Estimator(name, init, step, num_steps=num_chunks, batching="disjoint",
+                     ledger=_nldp_ledger(name, cov),
+                     check=functools.partial(_nldp_check, num_chunks, cov), padded=padded)
 
-    def step(key, state, batch, hp):
+
+def _nldp_init(params0):
+    d = params0.shape[0]
+    z = jnp.zeros((), params0.dtype)
+    return NLDPState(jnp.zeros_like(params0), jnp.zeros((d, d), params0.dtype),
+                     jnp.zeros_like(params0), jnp.zeros((), jnp.int32), z)
+
+
+@functools.lru_cache(maxsize=64)
+def _padded_nldp(cov: str, calibration: str) -> Padded:
+    """Algorithm 1 with the chunk size and the number of chunks as runtime values (one
+    program for every ``n``): the step reads the chunk size only as the count of its means
+    and of the aggregate noise (:func:`~dpjax.local_randomizers.aggregate_sigma`), and never
+    the number of chunks. The aggregate path only (a per-user draw is every user's own)."""
+    return Padded(f"ldp-nldp[{cov},{calibration}]", _nldp_init,
+                  _make_nldp_step(False, cov, calibration), "disjoint")
+
+
+def _make_nldp_step(per_user: bool, cov: str, calibration: str):
+    def step(key, state, batch, hp, sizes=None):
         x, y = batch
         m, d = x.shape
-        rel_cov, rel_xy = _nldp_reports(key, x, y, hp, d, per_user, cov, calibration)
+        count_m = None
+        if sizes is not None:  # padded rows are no users: zero, so they add nothing
+            zero = jnp.zeros((), x.dtype)
+            x = jnp.where(sizes.mask[:, None], x, zero)
+            y = jnp.where(sizes.mask, y, zero)
+            count_m = sizes.count.astype(x.dtype)
+            m = sizes.count.astype(jnp.int32)
+        rel_cov, rel_xy = _nldp_reports(key, x, y, hp, d, per_user, cov, calibration, count_m)
         count = state.count + m
         w = jnp.asarray(m, x.dtype) / count.astype(x.dtype)  # running mean, exact weights
         sxx = state.sxx + w * (rel_cov.value - state.sxx)
@@ -450,9 +479,7 @@ def nldp(num_chunks: int = 1, *, per_user: bool = False,
         return (NLDPState(beta, sxx, sxy, count, min_eig),
                 NLDPInfo(indefinite, min_eig, (rel_cov.event, rel_xy.event)))
 
-    return Estimator(name, init, step, num_steps=num_chunks, batching="disjoint",
-                     ledger=_nldp_ledger(name, cov),
-                     check=functools.partial(_nldp_check, num_chunks, cov))
+    return step
 
 
 def _nldp_check(num_chunks: int, cov: str, n: int, hp: NLDPHyperparams, dtype) -> None:

@@ -111,8 +111,8 @@ def clip_l2(x: jax.Array, bound: Any, axis: int | tuple[int, ...] = -1) -> jax.A
     return jnp.where(inside, sanitize(x), clipped)
 
 
-def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any, records_axis: int = 0
-                       ) -> BoundedStatistic:
+def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any, records_axis: int = 0,
+                       count: Any = None) -> BoundedStatistic:
     r"""``(1/n) sum_i CLIP_bound(a_i b_i^T)`` in Frobenius norm, with its replace-one sensitivity.
 
     Each record contributes the rank-one matrix ``a_i b_i^T`` (``a`` is ``(n, k)``, ``b`` is
@@ -132,6 +132,9 @@ def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any, records_axis: int
         a: ``(n, k)`` left factors.
         b: ``(n, m)`` right factors.
         bound: the clipping threshold ``C > 0`` (array is fine).
+        count: the public number of records ``n`` the mean divides by (default: the shape);
+            a runtime count for padded data (:class:`dpjax.base.Padded`), whose padded rows
+            the caller has set to zero (a zero factor makes a zero term).
 
     Returns:
         A :class:`BoundedStatistic` with value ``(k, m)``, l2 sensitivity ``2 C / n``, replace-one.
@@ -142,7 +145,7 @@ def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any, records_axis: int
             f"clipped_outer_mean needs a (n, k) and b (n, m) (records_axis=0) or a (k, n) and "
             f"b (m, n) (records_axis=1); got {a.shape} and {b.shape}, records_axis={r}"
         )
-    n, f = a.shape[r], 1 - r
+    n, f = (a.shape[r] if count is None else count), 1 - r
     # With the overflow-free factorisation of _scaled_l2 (a_i = u_a 2**-k_a, ||u_a|| = r_a):
     # a term inside the ball keeps its raw factors; a term outside becomes
     # u_a u_b^T * C / (r_a r_b), of norm C up to rounding, whatever the magnitudes of a_i and b_i

@@ -100,10 +100,13 @@ class GaussianMixture:
         w = self.posterior_sign(beta, GMMData(y))
         return jnp.where(mask[:, None], w[:, None] * y - beta[None, :], jnp.zeros((), y.dtype))
 
-    def m_step_terms(self, beta: jax.Array, data: GMMData) -> jax.Array:
+    def m_step_terms(self, beta: jax.Array, data: GMMData,
+                     mask: jax.Array | None = None) -> jax.Array:
         """``f_i(beta) = (2 w_beta(y_i) - 1) y_i`` for every record, ``(n, d)``: the exact
-        M-step is their mean (spec 002 §2.6, DP EM = Algorithm 3)."""
-        return self.posterior_sign(beta, data)[:, None] * data.y
+        M-step is their mean (spec 002 §2.6, DP EM = Algorithm 3). With ``mask``, the rows
+        outside it are zero (padding, whatever it holds: ``y_i = 0`` gives ``f_i = 0``)."""
+        y = data.y if mask is None else jnp.where(mask[:, None], data.y, jnp.zeros_like(data.y))
+        return self.posterior_sign(beta, GMMData(y))[:, None] * y
 
     def truncated_gradient(
         self, beta: jax.Array, data: GMMData, truncation: Any,

@@ -54,6 +54,7 @@ __all__ = [
     "first_stage_per_sample_gradients",
     "gradient_norms",
     "least_squares",
+    "mask_rows",
     "second_stage_gradient",
     "second_stage_per_sample_gradients",
     "two_stage_least_squares",
@@ -101,47 +102,61 @@ def second_stage_per_sample_gradients(
     return w * s[:, None]
 
 
-def first_stage_gradient(theta: jax.Array, data: IVData) -> jax.Array:
-    """Non-private, unclipped ``(1/n) Z^T (Z Theta - X)``, shape ``(q, p)``."""
-    n = data.z.shape[0]
+def mask_rows(data: IVData, mask: jax.Array) -> IVData:
+    """The data with the rows outside ``mask`` (padding, :class:`dpjax.base.Padded`) set to
+    zero, whatever they held: a zero record's per-sample gradients are exactly zero in both
+    stages (``z_i = 0``), so a sum over all rows is the sum over the records."""
+    zero = jnp.zeros((), data.z.dtype)
+    return IVData(jnp.where(mask[:, None], data.z, zero), jnp.where(mask[:, None], data.x, zero),
+                  jnp.where(mask, data.y, zero))
+
+
+def first_stage_gradient(theta: jax.Array, data: IVData, count: Any = None) -> jax.Array:
+    """Non-private, unclipped ``(1/n) Z^T (Z Theta - X)``, shape ``(q, p)`` (``count``: ``n``
+    at runtime, for data padded with zero rows by :func:`mask_rows`)."""
+    n = data.z.shape[0] if count is None else count
     return data.z.T @ (data.z @ theta - data.x) / n
 
 
-def second_stage_gradient(theta: jax.Array, beta: jax.Array, data: IVData) -> jax.Array:
-    """Non-private, unclipped ``(1/n) Theta^T Z^T (Z Theta beta - Y)``, shape ``(p,)``."""
-    n = data.z.shape[0]
+def second_stage_gradient(theta: jax.Array, beta: jax.Array, data: IVData,
+                          count: Any = None) -> jax.Array:
+    """Non-private, unclipped ``(1/n) Theta^T Z^T (Z Theta beta - Y)``, shape ``(p,)``
+    (``count`` as in :func:`first_stage_gradient`)."""
+    n = data.z.shape[0] if count is None else count
     w = data.z @ theta
     return w.T @ (w @ beta - data.y) / n
 
 
 def clipped_first_stage_gradient(
-    theta: jax.Array, data: IVData, gamma1: Any
+    theta: jax.Array, data: IVData, gamma1: Any, count: Any = None
 ) -> BoundedStatistic:
     r"""``G_1 = (1/n) sum_i CLIP_{gamma1}(z_i (z_i^T Theta - x_i^T))``, sensitivity ``2 gamma1/n``.
 
     Frobenius clipping of the rank-one per-sample gradient ``z_i r_i^T``
     (``||z_i r_i^T||_F = ||z_i|| ||r_i||``). Given the public iterate ``Theta``, replacing one
     record changes one clipped term, each of Frobenius norm at most ``gamma1``: the mean moves by
-    at most ``2 gamma1 / n`` in Frobenius norm (spec 004 App. B).
+    at most ``2 gamma1 / n`` in Frobenius norm (spec 004 App. B). ``count``: the public
+    ``n`` at runtime, for data padded with zero rows (:func:`mask_rows`).
     """
     zt = data.z.T  # (q, n): records along the minor axis, where XLA's CPU loops vectorise
     resid = _residual(sanitize(theta.T @ zt), data.x.T)  # (p, n)
-    return clipped_outer_mean(zt, resid, gamma1, records_axis=1)
+    return clipped_outer_mean(zt, resid, gamma1, records_axis=1, count=count)
 
 
 def clipped_second_stage_gradient(
-    theta: jax.Array, beta: jax.Array, data: IVData, gamma2: Any
+    theta: jax.Array, beta: jax.Array, data: IVData, gamma2: Any, count: Any = None
 ) -> BoundedStatistic:
     r"""``G_2 = (1/n) sum_i CLIP_{gamma2}((Theta^T z_i)(z_i^T Theta beta - y_i))``, sensitivity
     ``2 gamma2 / n`` in l2.
 
     Valid when ``Theta`` and ``beta`` are public (previous private releases). If ``Theta`` is a
     non-private function of the data (the paper's Algorithm 3), all ``n`` terms move with one
-    record and the sensitivity is ``2 gamma2`` instead (spec 004 §6 A2).
+    record and the sensitivity is ``2 gamma2`` instead (spec 004 §6 A2). ``count`` as in
+    :func:`clipped_first_stage_gradient`.
     """
     w = sanitize(theta.T @ data.z.T)  # (p, n), records along the minor axis
     s = _residual(sanitize(beta @ w), data.y)  # (n,)
-    stat = clipped_outer_mean(w, s[None, :], gamma2, records_axis=1)  # value (p, 1)
+    stat = clipped_outer_mean(w, s[None, :], gamma2, records_axis=1, count=count)  # (p, 1)
     # Dropping the trailing unit axis keeps the l2 norm, hence the sensitivity.
     return BoundedStatistic(stat.value[:, 0], stat.sensitivity, stat.norm, stat.relation)
 
