@@ -185,7 +185,9 @@ def _ldp_gem_setups() -> dict[str, tuple]:
     """``ldp-gem/{gmm,mor,rmc}/one-user``: one user in one round, so the release is beta0 +
     eta * (the user's report). The canary's per-sample gradient is +10^6 in every coordinate
     but 0, its replacement's -10^6 (GMM and MoR: coordinate 0 at +1 steers the weight to +1
-    under beta0 = 0.5 e_0; RMC, fully observed: y = +-10^6 times x = 1)."""
+    under beta0 = 0.5 e_0; RMC, fully observed: y = +-10^6 times x = 1). At the paper
+    accounting's calibration (``rho = eps~^2``, by name), as the peeling cases use the paper's:
+    the rows of docs/audits.md were measured there."""
     from dpjax.algorithms import ldp_gem
     from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
     from dpjax.models.gmm import GMMData
@@ -207,7 +209,7 @@ def _ldp_gem_setups() -> dict[str, tuple]:
         return RMCData(*_f32(np.ones((1, dl)), np.ones((1, dl)), [rec]))
 
     return {f"ldp-gem/{model.name}/one-user": (
-        ldp_gem.ldp_gem(model, 1), hp, np.r_[0.5, np.zeros(dl - 1)],
+        ldp_gem.ldp_gem(model, 1, calibration="paper"), hp, np.r_[0.5, np.zeros(dl - 1)],
         functools.partial(one_user, model), rec_in, rec_out)
         for model, (rec_in, rec_out) in pairs.items()}
 

@@ -261,7 +261,7 @@ def _proven_peeling_ratio(s: int, epsilon: Any, delta: Any) -> Any:
 
 
 #: calibrations of NoisyHT's Laplace scale (:func:`peeling_multiplier`)
-PEELING_CALIBRATIONS: tuple[str, ...] = ("paper", "tight")
+PEELING_CALIBRATIONS: tuple[str, ...] = ("paper", "tight", "per-coordinate")
 
 
 def peeling_multiplier(s: int, epsilon: Any, delta: Any, calibration: str = "paper") -> Any:
@@ -275,8 +275,13 @@ def peeling_multiplier(s: int, epsilon: Any, delta: Any, calibration: str = "pap
       formula's proof does not reach): the requested budget is delivered at every epsilon.
     * ``"tight"``: the smallest scale that bound proves, at every epsilon: the ledger reads
       the release back as ``(1 - 1e-5) epsilon`` (the whole budget, spent).
+    * ``"per-coordinate"``: ``epsilon`` *is* the per-coordinate epsilon ``r = Delta_inf / b``
+      of the Laplace noise, solved elsewhere (e.g. on the host for a whole run's PLD
+      composition, :func:`dpjax._pld.peeling_ratio`): ``1 / epsilon``; ``delta`` is unused.
     """
     _validate.check_choice(calibration, "calibration", PEELING_CALIBRATIONS)
+    if calibration == "per-coordinate":
+        return laplace_multiplier(epsilon)
     xp = _xp(epsilon, delta)
     paper = epsilon_constant("noisy-ht", delta, s) / xp.asarray(epsilon, dtype=float)
     proven = 1.0 / _proven_peeling_ratio(s, epsilon, delta)
