@@ -92,14 +92,14 @@ def check_hparams(hparams: Any) -> None:
     """The checks :func:`dpjax.fit` makes on any estimator's hyperparameters (a NamedTuple):
     the budgets by name -- ``epsilon*`` and ``rho*`` in (0, inf], ``delta*`` in (0, 1) -- and
     the fields the type lists in ``POSITIVE`` in (0, inf]. A budget field the type lists in
-    ``UNSOLVED`` may be NaN throughout (a calibration not solved: the estimator that reads it
-    refuses that itself). (The ``fit_*`` wrappers check the rest of their own arguments before
-    they build the hyperparameters.)"""
+    ``DERIVED`` (computed on the host from the others) may be NaN throughout (not solved: the
+    estimator that reads it says what it does then). (The ``fit_*`` wrappers check the rest of
+    their own arguments before they build the hyperparameters.)"""
     fields = getattr(hparams, "_fields", None)
     if fields is None:
         return
     positive = tuple(getattr(type(hparams), "POSITIVE", ()))
-    unsolved = tuple(getattr(type(hparams), "UNSOLVED", ()))
+    unsolved = tuple(getattr(type(hparams), "DERIVED", ()))
     for name, value in zip(fields, hparams):
         label = f"hparams.{name}"
         if name in unsolved and np.isnan(_as_float_array(value, label)).all():

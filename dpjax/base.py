@@ -813,7 +813,7 @@ def _secure_guarantee(plan: _SecurePlan, events):
         guarantee = ZCDP(total)
         approx = zcdp_to_approx_dp(total, plan.delta)
         within = "zcdp"
-    elif _pld.available() and 0 < plan.delta < 1 and math.isfinite(total):
+    elif _pld.available() and 0 <= _pld_delta(plan) < 1 and math.isfinite(total):
         def entries(t: int | None):  # the components of step t's releases (None: all steps)
             out = []
             for r in releases:
@@ -823,9 +823,10 @@ def _secure_guarantee(plan: _SecurePlan, events):
                                            ).pld_components()
             return _pld.normalise(out)
 
-        eps = (max(_pld.epsilon_for_delta(entries(t), plan.delta) for t in range(steps))
-               if disjoint else _pld.epsilon_for_delta(entries(None), plan.delta))
-        guarantee = approx = ApproxDP(eps, plan.delta)
+        target = _pld_delta(plan)
+        eps = (max(_pld.epsilon_for_delta(entries(t), target) for t in range(steps))
+               if disjoint else _pld.epsilon_for_delta(entries(None), target))
+        guarantee = approx = ApproxDP(eps, target)
         within = "pld"
     else:
         guarantee = approx = ApproxDP(total, min(1.0, float(combine(per_step_delta))))
@@ -840,6 +841,14 @@ def _secure_guarantee(plan: _SecurePlan, events):
     else:
         composition = f"{within} within a step; parallel across steps"
     return guarantee, approx, releases, composition, local
+
+
+def _pld_delta(plan: _SecurePlan) -> float:
+    """The delta a secure ledger's PLD composition reads its epsilon at: the request's (0 for a
+    pure request: the exact sum), else the plan's."""
+    from dpjax.accounting import ApproxDP
+
+    return plan.requested.delta if isinstance(plan.requested, ApproxDP) else plan.delta
 
 
 def _secure_ledger(estimator, plan: _SecurePlan, events):
@@ -861,10 +870,11 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
     kinds = {e.kind for e in events}
     # the estimator's notes, less those about the default path's accounting: its Gaussian
     # curve, its conversion, and a composition rule the secure ledger does not use
-    other_rule = "basic composition" if "discrete-gaussian" in kinds else "zcdp composition"
+    other_rules = (("basic composition", "by pld", "privacy loss distributions")
+                   if "discrete-gaussian" in kinds else ("zcdp composition",))
     kept = tuple(n for n in plan.notes if n != GAUSSIAN_CURVE_NOTE
                  and not n.startswith("(epsilon, delta) from rho-zCDP by the")
-                 and other_rule not in n.lower())
+                 and not any(rule in n.lower() for rule in other_rules))
     notes = [
         "exact discrete noise (secure=True): on the floating-point-safe path every noisy "
         "release is its statistic rounded to a "
@@ -877,11 +887,11 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
     if "discrete-gaussian" in kinds:
         notes.append(f"discrete Gaussian releases accounted in zCDP; (epsilon, delta) from "
                      f"rho-zCDP by the 'cks' conversion at delta = {plan.delta:g}")
-    elif _pld.available() and 0 < plan.delta < 1 and approx.is_private:
+    elif _pld.available() and 0 <= _pld_delta(plan) < 1 and approx.is_private:
         notes.append(f"releases composed by privacy loss distributions (each release's exact "
                      f"PLD: discrete Laplace, exact peeling's rounds by their epsilon-DP bound, "
                      f"the randomizer's coin), the pessimistic epsilon at delta = "
-                     f"{plan.delta:g} (dp_accounting.pld)")
+                     f"{_pld_delta(plan):g} (dp_accounting.pld)")
     if kinds & {"discrete-gaussian", "discrete-laplace", "discrete-noisy-ht"}:
         notes.append(
             f"noise factor kappa = {plan.noise_factor:.6g}: every discrete noise is kappa times "

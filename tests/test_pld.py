@@ -313,20 +313,13 @@ NOT_PLD = {
     "dp-2s-gd/tight": "a zCDP request (rho), as dp-2s-gd/paper",
     "dp-2s-gd-beta/paper (not DP as claimed)": "a paper-literal, not-DP variant",
 }
-#: registered defaults not yet spending their request by PLD (issue 45, left to do): the check
-#: must fail for them, so the day they do, this list must shrink
-NOT_YET_PLD = {
-    "ldp-nldp": "each user's two Gaussian reports compose by basic composition of "
-                "(eps/2, delta/2) each: by PLD they spend about 0.67 of the request",
-    "ldp-nldp/chunked-per-user": "as ldp-nldp",
-}
 
 
 def _rows(led, steps):
     """The ledger's releases as the groups a record is in: all of them, or for a parallel
     ledger each step's releases (``steps`` steps: disjoint batches), each entry's (local DP:
     each user's own releases)."""
-    if led.composition != "parallel":
+    if "parallel" not in led.composition:
         return [led.releases]
     if led.relation == "local":
         steps = max(r.count for r in led.releases)
@@ -356,10 +349,6 @@ def test_every_registered_default_ledger_is_dp_accountings_pld(entry):
     in NOT_PLD, with the reason."""
     if entry.name in NOT_PLD:
         pytest.skip(NOT_PLD[entry.name])
-    if entry.name in NOT_YET_PLD:
-        with pytest.raises(AssertionError):
-            _check_own_ledger(entry)
-        pytest.xfail(NOT_YET_PLD[entry.name])
     _check_own_ledger(entry)
 
 
@@ -417,11 +406,21 @@ def _ldp_gem(eps, **kw):
                                tau=1.0, **kw)
 
 
+def _nldp(eps, **kw):
+    from dpjax.algorithms import ldp_sparse
+
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(40000, 2)).astype(np.float32)
+    y = (x @ np.array([1.0, 0.5]) + rng.normal(size=40000)).astype(np.float32)
+    return ldp_sparse.fit_nldp(4, (x, y), epsilon=eps, **kw)
+
+
 #: fit -> (its fit, the previous default by name, which spends less of the request by PLD)
 PLD_DEFAULTS = {
     "fit_sparse_dp_glm": (_sparse_glm, dict(calibration="tight")),
     "fit_hd_dp_em": (_hd_dp_em, dict(calibration="tight")),
     "fit_ldp_gem": (_ldp_gem, dict(calibration="paper")),
+    "fit_nldp": (_nldp, dict(calibration="analytic")),
 }
 
 
@@ -433,7 +432,7 @@ def test_default_fits_spend_the_request_by_dp_accountings_pld(name, eps):
     never above it; the ledger says so within 1%; the previous default, by name, spends less."""
     fit, previous = PLD_DEFAULTS[name]
     led = fit(eps).ledger
-    assert led.composition in ("pld", "parallel") and _pld.NOTE in led.notes, led
+    assert led.composition.startswith(("pld", "parallel")) and _pld.NOTE in led.notes, led
     delta = led.requested.delta
     ref = _reference(led, delta)
     assert 0.99 * eps <= ref <= eps * (1 + 1e-6), (ref, eps)
@@ -478,22 +477,29 @@ def test_peeling_ratio_is_the_largest_that_pld_allows(s, count, eps, delta):
     assert math.isinf(_pld.peeling_ratio(s, count, math.inf, delta))
 
 
-def test_pld_peeling_refuses_unsolved_hyperparameters():
-    """Algorithm 5 and hd-dp-em under "pld" read epsilon_coord, solved on the host: left NaN
-    (hyperparameters built without s), the fit is refused before anything runs, in one line."""
+def test_pld_peeling_with_unsolved_hyperparameters_draws_the_per_step_bounds_noise():
+    """Algorithm 5 and hd-dp-em under "pld" read epsilon_coord, solved on the host. Left NaN
+    (hyperparameters built without s, a study's level without it), each release draws the
+    "tight" calibration's noise, exactly (the same events), and the PLD ledger reads what that
+    delivers (less than the request) and says why."""
     from dpjax.algorithms import dp_em, dp_glm
 
     model, data = _glm_problem()
-    with pytest.raises(ValueError, match=r"epsilon_coord must be > 0.*sparsity=s"):
-        dpjax.fit(dp_glm.noisy_iht(model, 2, 4), 0, data, jnp.zeros(8),
-                  dp_glm.default_hparams(400, 1.0, 4))
-    gmm, x, beta0 = _gmm_problem()
-    with pytest.raises(ValueError, match=r"epsilon_coord must be > 0.*s_hat=s_hat"):
-        dpjax.fit(dp_em.hd_dp_em(gmm, 2, 4), 0, x, beta0, dp_em.default_hparams(400, 1.0))
-    # the paper's and the per-step bound's calibrations never read it
-    led = dpjax.fit(dp_glm.noisy_iht(model, 2, 4, calibration="tight"), 0, data, jnp.zeros(8),
-                    dp_glm.default_hparams(400, 1.0, 4)).ledger
-    assert led.composition == "basic"
+    for est, tight, hp, solved, arg in [
+            (dp_glm.noisy_iht(model, 2, 4), dp_glm.noisy_iht(model, 2, 4, calibration="tight"),
+             dp_glm.default_hparams(400, 1.0, 4), dp_glm.default_hparams(400, 1.0, 4,
+                                                                         sparsity=2),
+             "sparsity=s"),
+            (dp_em.hd_dp_em(_gmm_problem()[0], 2, 4),
+             dp_em.hd_dp_em(_gmm_problem()[0], 2, 4, "tight"), dp_em.default_hparams(400, 1.0),
+             dp_em.default_hparams(400, 1.0, s_hat=2), "s_hat=s_hat")]:
+        x, p0 = (data, jnp.zeros(8)) if arg == "sparsity=s" else _gmm_problem()[1:]
+        led = dpjax.fit(est, 0, x, p0, hp).ledger
+        ref = dpjax.fit(tight, 0, x, p0, hp).ledger
+        assert led.releases[0].noise == ref.releases[0].noise
+        assert any(arg in n and "not solved" in n for n in led.notes)
+        assert led.approx_dp.epsilon < 0.99 and not math.isnan(led.approx_dp.epsilon)
+        assert 0.99 <= dpjax.fit(est, 0, x, p0, solved).ledger.approx_dp.epsilon <= 1.0
 
 
 def test_calibrate_scales_the_solved_peeling_epsilon_too():

@@ -63,6 +63,7 @@ from dpjax.mechanisms import (
     hard_threshold,
     no_privacy_event,
     noisy_hard_threshold,
+    peeling_coordinate_epsilon,
 )
 from dpjax.models.protocol import EMModel
 
@@ -82,6 +83,7 @@ __all__ = [
     "gradient_em",
     "hd_dp_em",
     "ld_dp_em",
+    "peeling_epsilon_coord",
     "truncated_em",
 ]
 
@@ -105,11 +107,13 @@ class DPEMHyperparams(NamedTuple):
     # () hd-dp-em under calibration "pld" only: the per-coordinate epsilon Delta_inf / b of each
     # iteration's peeling noise, solved on the host (default_hparams(..., s_hat=s)) so that the
     # release composes by PLD to (epsilon, delta); inf at epsilon = inf. NaN: not solved (hd-dp-em
-    # under "pld" refuses it before anything runs; unused elsewhere).
+    # under "pld" then draws the per-release bound's "tight" noise, and its ledger says so).
     epsilon_coord: jax.Array = np.float32(np.nan)
 
     POSITIVE = ("eta", "truncation")  # in (0, inf], checked with the budgets by dpjax.fit
-    UNSOLVED = ("epsilon_coord",)  # NaN: not solved
+    # computed on the host from epsilon, delta (and the static s_hat): a study level may leave it
+    # out (NaN: not solved), and it is not part of a level's id (the fields it derives from are)
+    DERIVED = ("epsilon_coord",)
 
 
 class DPEMState(NamedTuple):
@@ -192,8 +196,9 @@ def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                                                 count=sizes.count.astype(beta.dtype))
             stat = stat.scale(hp.eta).shift(beta)  # beta^{t+0.5}, lambda_t = eta * sens(f_T)
             if privatiser == "noisy-ht":
-                # epsilon = inf: exactly no noise, whatever epsilon_coord holds
-                coord = jnp.where(jnp.isinf(hp.epsilon), jnp.inf, hp.epsilon_coord)
+                # unsolved (NaN): the per-release bound's scale; inf at epsilon = inf
+                coord = peeling_coordinate_epsilon(hp.epsilon_coord, s_hat, hp.epsilon,
+                                                   hp.delta)
                 peeled = (noisy_hard_threshold(key, stat, s_hat, coord, hp.delta,
                                                "per-coordinate") if calibration == "pld" else
                           noisy_hard_threshold(key, stat, s_hat, hp.epsilon, hp.delta,
@@ -254,8 +259,6 @@ def _build(
     )
     check = functools.partial(_check, model, num_iterations) \
         if privatiser in ("noisy-ht", "gaussian") else None
-    if privatiser == "noisy-ht" and calibration == "pld":
-        check = functools.partial(_check_pld, model, num_iterations)
     return Estimator(
         name, _init, _make_step(model, privatiser, s_hat, calibration), num_iterations,
         batching, ledger_fn, check, _padded(model, privatiser, s_hat, calibration, batching)
@@ -295,18 +298,6 @@ def _check(model: EMModel, num_iterations: int, n: int, hp: DPEMHyperparams, dty
         _validate.check_noise_inputs("truncation", t_level,
                                      float(np.asarray(hp.eta)) * width / max(n0, 1),
                                      max(n0, 1) * width / 2.0, dtype)
-
-
-def _check_pld(model: EMModel, num_iterations: int, n: int, hp: DPEMHyperparams,
-               dtype) -> None:
-    """:func:`_check`, and under calibration ``"pld"`` a solved ``epsilon_coord``."""
-    _check(model, num_iterations, n, hp, dtype)
-    coord = np.asarray(hp.epsilon_coord, np.float64)
-    if math.isfinite(float(np.asarray(hp.epsilon))) and not (coord > 0).all():
-        raise ValueError(
-            "epsilon_coord must be > 0 for hd-dp-em's calibration 'pld' (the per-coordinate "
-            f"epsilon of its peeling, solved on the host); got {coord}: build the "
-            "hyperparameters with dp_em.default_hparams(..., s_hat=s_hat)")
 
 
 def hd_dp_em(model: EMModel, s_hat: int, num_iterations: int,
@@ -417,6 +408,11 @@ def _ledger(
                      f"{s_hat} report-noisy-max rounds and {s_hat} Laplace coordinates compose "
                      "by PLD to the request (the papers' per-release bound is calibration="
                      "'paper' or 'tight')")
+        if math.isfinite(eps) and np.isnan(np.asarray(hparams.epsilon_coord)).any():
+            notes.append("epsilon_coord not solved (NaN in the hyperparameters): each "
+                         "release's peeling at the per-release bound's ('tight') scale "
+                         "instead, which the PLD composition reads as less than the request "
+                         "(solve it with default_hparams(..., s_hat=s_hat))")
         return parallel_pld(name, release, requested=ApproxDP(eps, delta), delta=delta,
                             variant=model.variant, notes=notes,
                             what=f"{N0} disjoint batches")

@@ -108,6 +108,7 @@ from dpjax.mechanisms import (
     hard_threshold,
     no_privacy_event,
     noisy_hard_threshold,
+    peeling_coordinate_epsilon,
     with_sensitivity_margin,
 )
 from dpjax.models.glm import GLM
@@ -129,6 +130,7 @@ __all__ = [
     "iht",
     "noisy_gd",
     "noisy_iht",
+    "peeling_epsilon_coord",
 ]
 
 Calibration = Literal["paper", "gaussian", "zcdp", "unsplit"]
@@ -157,11 +159,15 @@ class GLMHyperparams(NamedTuple):
     # () Algorithm 5 under calibration "pld" only: the per-coordinate epsilon Delta_inf / b of
     # every step's peeling noise, solved on the host (default_hparams(..., sparsity=s)) so that
     # the T steps compose by PLD to (epsilon, delta); inf at epsilon = inf. NaN: not solved
-    # (Algorithm 5 under "pld" refuses it before anything runs; unused elsewhere).
+    # (Algorithm 5 under "pld" then draws the per-step bound's "tight" noise, and its ledger
+    # says so; unused elsewhere).
     epsilon_coord: jax.Array = np.float32(np.nan)
 
     POSITIVE = ("eta", "truncation")  # in (0, inf], checked with the budgets by dpjax.fit
-    UNSOLVED = ("epsilon_coord",)  # NaN: not solved (only Algorithm 5 under "pld" reads it)
+    # computed on the host from epsilon, delta (and the static s, T): a study level may leave it
+    # out (NaN: not solved; only Algorithm 5 under "pld" reads it), and it is not part of a
+    # level's id (the fields it derives from are)
+    DERIVED = ("epsilon_coord",)
 
 
 class GLMState(NamedTuple):
@@ -304,8 +310,8 @@ def _make_noisy_iht_step(model: GLM, T: int, s: int, margin: float, split: bool,
         # l-infinity sensitivity eta * B / n (declared; the true one rides along in the event)
         stat = with_sensitivity_margin(grad, margin).scale(-hp.eta).shift(beta)
         k = T if split else 1
-        if calibration == "pld":  # epsilon = inf: exactly no noise, whatever epsilon_coord
-            coord = jnp.where(jnp.isinf(hp.epsilon), jnp.inf, hp.epsilon_coord)
+        if calibration == "pld":  # unsolved (NaN): the per-step bound's; inf at epsilon = inf
+            coord = peeling_coordinate_epsilon(hp.epsilon_coord, s, hp.epsilon / k, hp.delta / k)
             peeled = noisy_hard_threshold(key, stat, s, coord, hp.delta / k, "per-coordinate")
         else:
             peeled = noisy_hard_threshold(key, stat, s, hp.epsilon / k, hp.delta / k,
@@ -440,7 +446,7 @@ def noisy_iht(
 def _build_noisy_iht(model: GLM, s: int, T: int, b: float, split: bool,
                      calibration: str = "paper") -> Estimator:
     name = f"alg5-noisy-iht{'' if split else '[unsplit]'}/{model.name}"
-    check = functools.partial(_check_alg5 if calibration == "pld" else _check, model, b, 1)
+    check = functools.partial(_check, model, b, 1)
     return Estimator(
         name, functools.partial(_sparse_init, s),
         _make_noisy_iht_step(model, T, s, b / 2.0, split, calibration), T, "full",
@@ -449,15 +455,7 @@ def _build_noisy_iht(model: GLM, s: int, T: int, b: float, split: bool,
     )
 
 
-def _check_alg5(model: GLM, b: float, d: int, n: int, hp: GLMHyperparams, dtype) -> None:
-    """:func:`_check`, and under calibration ``"pld"`` a solved ``epsilon_coord``."""
-    _check(model, b, d, n, hp, dtype)
-    coord = np.asarray(hp.epsilon_coord, np.float64)
-    if math.isfinite(float(np.asarray(hp.epsilon))) and not (coord > 0).all():
-        raise ValueError(
-            "epsilon_coord must be > 0 for Algorithm 5's calibration 'pld' (the per-coordinate "
-            f"epsilon of its peeling, solved on the host); got {coord}: build the "
-            "hyperparameters with dp_glm.default_hparams(..., sparsity=s)")
+
 
 
 def _check(model: GLM, b: float, d: int, n: int, hp: GLMHyperparams, dtype) -> None:
@@ -601,11 +599,20 @@ def _ledger_alg5(
                      f"whose {T} steps ({s * T} report-noisy-max rounds, {s * T} Laplace "
                      "coordinates) compose by PLD to the request (the papers' (eps/T, "
                      "delta/T) per step with basic composition is calibration='paper')")
+        if math.isfinite(eps) and np.isnan(np.asarray(hparams.epsilon_coord)).any():
+            notes.append(UNSOLVED_NOTE.format(arg="sparsity=s"))
         return _short_of_request(Ledger.build(name, [release], "pld", variant=variant,
                                               requested=ApproxDP(eps, delta), delta=delta,
                                               notes=notes))
     return _short_of_request(Ledger.build(name, [release], "basic", variant=variant,
                                           requested=ApproxDP(eps, delta), notes=notes))
+
+
+#: the note of a "pld" peeling ledger whose epsilon_coord was left unsolved
+UNSOLVED_NOTE = ("epsilon_coord not solved (NaN in the hyperparameters): each release's "
+                 "peeling at the per-release bound's ('tight') scale instead, which the PLD "
+                 "composition reads as less than the request (solve it with "
+                 "default_hparams(..., {arg}))")
 
 
 def _ledger_non_private(name: str, T: int, what: str, n: int, hparams: GLMHyperparams,

@@ -42,7 +42,6 @@ from dpjax.models.protocol import EMModel
 from dpjax.robust_mean import local_scores
 
 __all__ = [
-    "LDP_CALIBRATIONS",
     "LDPGEMHyperparams",
     "LDPGEMState",
     "LDP_S_RULES",

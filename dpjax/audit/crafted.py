@@ -219,7 +219,9 @@ def _ldp_regression_setups() -> dict[str, tuple]:
     10^3 (both shrink to the corners: the cross term x_bar y_bar moves by its whole range, the
     outer product x~ x~^T not at all). ``ldp-nldp``'s state holds the two reports (the
     estimate solves with the noisy covariance); ``ldp-public`` with the public covariance I and
-    lambda = 0 releases the cross report as its estimate."""
+    lambda = 0 releases the cross report as its estimate. ``ldp-nldp`` at
+    ``calibration="analytic"`` by name (each report at ``(eps/2, delta/2)``), the default when
+    the rows of docs/audits.md were measured."""
     from dpjax.algorithms import ldp_sparse
 
     d_lr, big = 4, _BIG
@@ -230,8 +232,9 @@ def _ldp_regression_setups() -> dict[str, tuple]:
     return {
         **{name: (est, nldp_hp, np.zeros(d_lr),
                   lambda r: (*_f32(r[None], [big]),), x_lr[0], x_lr[1], _reports)
-           for name, est in (("ldp-nldp/one-user", ldp_sparse.nldp()),
-                             ("ldp-nldp/per-user/one-user", ldp_sparse.nldp(per_user=True)))},
+           for name, est in (("ldp-nldp/one-user", ldp_sparse.nldp(calibration="analytic")),
+                             ("ldp-nldp/per-user/one-user",
+                              ldp_sparse.nldp(per_user=True, calibration="analytic")))},
         "ldp-public/one-user": (ldp_sparse.nldp_public(), public_hp, np.zeros(d_lr),
                                 lambda r: (*_f32(r[None], [big], x_pub),), x_lr[0], x_lr[1]),
     }
