@@ -46,6 +46,11 @@ _INF = float("inf")
 #: the discretization of the privacy loss (dp_accounting's default)
 VALUE_DISCRETIZATION = 1e-4
 
+#: a pure release whose epsilon exceeds this is composed with the rest by basic composition
+#: (its epsilon added to the rest's PLD epsilon; an upper bound): its PLD would take more grid
+#: points than memory holds, and it has next to nothing to gain over its pure epsilon
+BIG_LOSS = 50.0
+
 #: how the ledger names this composition (its notes carry it)
 NOTE = ("composed by privacy loss distributions (dp_accounting.pld, pessimistic estimate, "
         f"privacy loss discretised to {VALUE_DISCRETIZATION:g}): the delivered epsilon is never "
@@ -88,6 +93,23 @@ def normalise(components: Iterable[Component]) -> tuple[Component, ...]:
     if mu2 > 0:
         out.append(("gaussian", math.sqrt(mu2)))
     return tuple(sorted(out, key=repr))
+
+
+def _max_loss(c: Component) -> float:
+    """The largest privacy loss one release of a pure component takes (0 for a Gaussian)."""
+    if c[0] in ("laplace", "pure", "approx"):
+        return float(c[1])
+    if c[0] == "discrete-laplace":
+        return float(c[1]) * float(c[2])
+    return 0.0
+
+
+def _split_big(components: tuple[Component, ...]) -> tuple[float, tuple[Component, ...]]:
+    """``(the summed epsilon of the pure components beyond BIG_LOSS per release, the rest)``."""
+    big = tuple(c for c in components if c[0] != "approx" and _max_loss(c) > BIG_LOSS)
+    if not big:
+        return 0.0, components
+    return _pure_sum(big), tuple(c for c in components if c not in big)
 
 
 def _one(c: Component) -> Any:
@@ -144,6 +166,9 @@ def epsilon_for_delta(components: tuple[Component, ...], delta: float) -> float:
         return _INF
     if delta <= 0:
         return _pure_sum(components)
+    big, rest = _split_big(components)
+    if big:  # basic composition of the very large pure releases with the rest
+        return big + (epsilon_for_delta(rest, delta) if rest else 0.0)
     if len(components) == 1 and components[0][0] == "gaussian":  # exact: no discretisation
         return gaussian_epsilon(components[0][1], delta) if delta < 1 else 0.0
     eps = float(_composed(components).get_epsilon_for_delta(delta))
@@ -159,6 +184,9 @@ def delta_for_epsilon(components: tuple[Component, ...], epsilon: float) -> floa
         return 1.0
     if epsilon >= _pure_sum(components):
         return 0.0
+    big, rest = _split_big(components)
+    if big:  # basic composition of the very large pure releases with the rest
+        return delta_for_epsilon(rest, epsilon - big) if rest and epsilon > big else 1.0
     if len(components) == 1 and components[0][0] == "gaussian":
         return gaussian_delta(components[0][1], epsilon)
     return min(1.0, max(0.0, float(_composed(components).get_delta_for_epsilon(epsilon))))

@@ -514,3 +514,42 @@ def test_calibrate_scales_the_solved_peeling_epsilon_too():
                           params0=jnp.zeros(8))
     assert 0.99 * 2.0 <= cal.delivered.epsilon <= 2.0
     assert cal.hparams.epsilon_coord > hp.epsilon_coord
+
+
+def test_very_large_pure_releases_compose_by_their_sum_with_the_rest():
+    """A pure release beyond BIG_LOSS per release (its PLD would not fit in memory) is added to
+    the PLD epsilon of the rest (basic composition of the two parts: an upper bound), at any
+    epsilon (the conformance suite's levels reach 1e6)."""
+    rest = _pld.normalise([("gaussian", 0.5)])
+    both = _pld.normalise([("gaussian", 0.5), ("laplace", 1e5, 2)])
+    assert _pld.epsilon_for_delta(both, 1e-5) == pytest.approx(
+        2e5 + _pld.epsilon_for_delta(rest, 1e-5))
+    assert _pld.epsilon_for_delta(_pld.normalise([("laplace", 1e5, 2)]), 1e-5) == 2e5
+    assert _pld.peeling_ratio(2, 1, 1e6, 1e-3) == pytest.approx(1e6 * 0.999 / 6)
+
+
+def test_a_study_level_may_leave_a_derived_field_out_and_keeps_its_id():
+    """epsilon_coord (DERIVED: solved on the host from epsilon, delta and the static s) may be
+    left out of a study's level, where it is NaN, and is not part of a level's id: a study
+    written before it existed keeps its levels' ids, hence its draws."""
+    from dpjax import sweep
+    from dpjax.algorithms import dp_em
+
+    gmm, x, beta0 = _gmm_problem()
+    base_level = {"epsilon": 1.0, "delta": 1 / 800, "eta": 0.5, "truncation": 2.0}
+    solved = {**base_level, "epsilon_coord": dp_em.peeling_epsilon_coord(1.0, 1 / 800, 2)}
+
+    def setting(levels):
+        return sweep.Setting("s", {}, dp_em.hd_dp_em(gmm, 2, 4), gmm.simulate,
+                             lambda k, t: t, lambda s, t: {}, beta0, sweep.DataPlan(4, 100),
+                             dp_em.DPEMHyperparams, levels, 400)
+
+    old, new = setting((base_level,)), setting((solved,))
+    assert np.array_equal(old.level_ids(), new.level_ids())
+    assert old.level_ids()[0] == sweep.level_id([1.0, 1 / 800, 0.5, 2.0])
+    assert np.isnan(np.asarray(old.hparams().epsilon_coord)).all()
+    assert np.asarray(new.hparams().epsilon_coord)[0] == np.float32(solved["epsilon_coord"])
+    assert sweep.level_values(dp_em.DPEMHyperparams, base_level)[-1] != \
+        sweep.level_values(dp_em.DPEMHyperparams, solved)[-1]
+    with pytest.raises(ValueError, match="lack hyperparameters"):
+        setting(({"epsilon": 1.0, "delta": 1 / 800, "eta": 0.5},)).hparams()

@@ -55,7 +55,7 @@ import numpy as np
 
 from dpjax import _pld, _validate, registry
 from dpjax.accounting import ApproxDP, Ledger, Release, parallel_pld
-from dpjax.algorithms._boundary import check_model, checked_inputs
+from dpjax.algorithms._boundary import check_model, checked_inputs, host_solved
 from dpjax.base import Estimator, FitResult, Padded, batch_size, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
@@ -623,8 +623,8 @@ def _example(model: EMModel, d: int, seed: int) -> registry.Example:
 
     def hp(eps):
         # epsilon_coord: hd-dp-em's default ("pld") peeling calibration, solved per level
-        coord = peeling_epsilon_coord(float(eps), 1 / (2 * n), s)
-        return DPEMHyperparams(*map(jnp.float32, (eps, 1 / (2 * n), 0.5, 2.0, coord)))
+        coord = host_solved(lambda e: peeling_epsilon_coord(e, 1 / (2 * n), s), eps)
+        return DPEMHyperparams(*map(jnp.float32, (eps, 1 / (2 * n), 0.5, 2.0)), coord)
 
     return registry.Example(data, beta * 0.9, hp)
 

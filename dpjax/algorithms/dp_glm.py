@@ -98,7 +98,7 @@ from dpjax.accounting import (
     gaussian_mu_for_epsilon,
     zcdp_for_approx_dp,
 )
-from dpjax.algorithms._boundary import check_model, checked_inputs
+from dpjax.algorithms._boundary import check_model, checked_inputs, host_solved
 from dpjax.base import Estimator, FitResult, Padded, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
@@ -783,7 +783,7 @@ def _example(model: GLM, n: int = 400, d: int = 8, s: int = 2, T: int = 5) -> re
         # rho sets the noise of the default ("gaussian") calibration: mu*^2 / 2 with mu* the
         # exact curve's (the analytic Gaussian's, traceable: the suite vmaps over levels);
         # epsilon_coord that of Algorithm 5's default ("pld", solved on the host per level)
-        coord = jnp.float32(peeling_epsilon_coord(float(eps), delta, s, T))
+        coord = host_solved(lambda e: peeling_epsilon_coord(e, delta, s, T), eps)
         eps = jnp.float32(eps)
         rho = 0.5 * _analytic_mu_jnp(eps, jnp.float32(delta)) ** 2
         return GLMHyperparams(eps, jnp.float32(delta), jnp.float32(1.0), jnp.float32(1.0), rho,

@@ -305,7 +305,8 @@ def peeling_coordinate_epsilon(epsilon_coord: Any, s: int, epsilon: Any, delta: 
     ``epsilon = inf`` (no noise), whatever ``epsilon_coord`` holds."""
     xp = _xp(epsilon_coord, epsilon, delta)
     eps = xp.asarray(epsilon, dtype=float)
-    tight = 1.0 / peeling_multiplier(s, epsilon, delta, "tight")
+    with np.errstate(divide="ignore"):  # 1 / 0 = inf at epsilon = inf (host inputs)
+        tight = 1.0 / peeling_multiplier(s, epsilon, delta, "tight")
     coord = xp.where(xp.isnan(xp.asarray(epsilon_coord, dtype=float)), tight, epsilon_coord)
     return xp.where(xp.isinf(eps), xp.inf, coord)
 
