@@ -46,6 +46,11 @@ _INF = float("inf")
 #: the discretization of the privacy loss (dp_accounting's default)
 VALUE_DISCRETIZATION = 1e-4
 
+#: a pure release whose epsilon exceeds this is composed with the rest by basic composition
+#: (its epsilon added to the rest's PLD epsilon; an upper bound): its PLD would take more grid
+#: points than memory holds, and it has next to nothing to gain over its pure epsilon
+BIG_LOSS = 50.0
+
 #: how the ledger names this composition (its notes carry it)
 NOTE = ("composed by privacy loss distributions (dp_accounting.pld, pessimistic estimate, "
         f"privacy loss discretised to {VALUE_DISCRETIZATION:g}): the delivered epsilon is never "
@@ -88,6 +93,23 @@ def normalise(components: Iterable[Component]) -> tuple[Component, ...]:
     if mu2 > 0:
         out.append(("gaussian", math.sqrt(mu2)))
     return tuple(sorted(out, key=repr))
+
+
+def _max_loss(c: Component) -> float:
+    """The largest privacy loss one release of a pure component takes (0 for a Gaussian)."""
+    if c[0] in ("laplace", "pure", "approx"):
+        return float(c[1])
+    if c[0] == "discrete-laplace":
+        return float(c[1]) * float(c[2])
+    return 0.0
+
+
+def _split_big(components: tuple[Component, ...]) -> tuple[float, tuple[Component, ...]]:
+    """``(the summed epsilon of the pure components beyond BIG_LOSS per release, the rest)``."""
+    big = tuple(c for c in components if c[0] != "approx" and _max_loss(c) > BIG_LOSS)
+    if not big:
+        return 0.0, components
+    return _pure_sum(big), tuple(c for c in components if c not in big)
 
 
 def _one(c: Component) -> Any:
@@ -144,6 +166,9 @@ def epsilon_for_delta(components: tuple[Component, ...], delta: float) -> float:
         return _INF
     if delta <= 0:
         return _pure_sum(components)
+    big, rest = _split_big(components)
+    if big:  # basic composition of the very large pure releases with the rest
+        return big + (epsilon_for_delta(rest, delta) if rest else 0.0)
     if len(components) == 1 and components[0][0] == "gaussian":  # exact: no discretisation
         return gaussian_epsilon(components[0][1], delta) if delta < 1 else 0.0
     eps = float(_composed(components).get_epsilon_for_delta(delta))
@@ -159,9 +184,61 @@ def delta_for_epsilon(components: tuple[Component, ...], epsilon: float) -> floa
         return 1.0
     if epsilon >= _pure_sum(components):
         return 0.0
+    big, rest = _split_big(components)
+    if big:  # basic composition of the very large pure releases with the rest
+        return delta_for_epsilon(rest, epsilon - big) if rest and epsilon > big else 1.0
     if len(components) == 1 and components[0][0] == "gaussian":
         return gaussian_delta(components[0][1], epsilon)
     return min(1.0, max(0.0, float(_composed(components).get_delta_for_epsilon(epsilon))))
+
+
+#: a solved calibration aims this far (relative) below the target epsilon, so that the float32
+#: rounding of the noise drawn (and the PLD's discretisation of it) never reads back above it
+SOLVE_MARGIN = 1e-3
+
+
+def peeling_components(ratio: float, s: int, count: int) -> tuple[Component, ...]:
+    """``count`` NoisyHT releases of ``s`` coordinates at ``ratio = Delta_inf / b``: ``s count``
+    report-noisy-max rounds of ``2 ratio``-DP (dominated by randomized response) and ``s count``
+    Laplace coordinates of ``ratio`` each (exact) -- what :meth:`dpjax.accounting.Release.
+    pld_components` reads off such releases."""
+    return normalise([("pure", 2.0 * ratio, s * count), ("laplace", ratio, s * count)])
+
+
+@functools.lru_cache(maxsize=1024)
+def peeling_ratio(s: int, count: int, epsilon: float, delta: float) -> float:
+    """The largest ``r = Delta_inf / b`` (the per-coordinate epsilon of the Laplace noise) whose
+    ``count`` NoisyHT releases of ``s`` coordinates compose by PLD to at most ``epsilon`` at
+    ``delta`` (:func:`peeling_components`, the composed PLD's pessimistic estimate).
+
+    Solved on the host by bisection in ``log r``, to a relative ``1e-4``, aiming
+    :data:`SOLVE_MARGIN` below ``epsilon``; the ``r`` returned is checked to stay at most
+    ``epsilon`` at ``r (1 + 1e-5)`` too (the float32 rounding of the scale drawn). Basic
+    composition (``3 s count r``, exact at delta = 0) bounds it from below. ``inf`` at
+    ``epsilon = inf``."""
+    s, count, epsilon, delta = int(s), int(count), float(epsilon), float(delta)
+    if not math.isfinite(epsilon):
+        return _INF
+    if not (epsilon > 0 and 0 <= delta < 1 and s >= 1 and count >= 1):
+        raise ValueError(f"peeling_ratio needs epsilon > 0, delta in [0, 1), s >= 1 and "
+                         f"count >= 1; got {epsilon}, {delta}, {s}, {count}")
+    target = epsilon * (1.0 - SOLVE_MARGIN)
+
+    def eps_at(r: float) -> float:
+        return epsilon_for_delta(peeling_components(r, s, count), delta)
+
+    lo = target / (3.0 * s * count)  # basic composition: exact for pure releases
+    if delta == 0:
+        return lo
+    hi = lo * 2.0
+    while eps_at(hi) <= target:
+        lo, hi = hi, hi * 2.0
+    while hi / lo - 1.0 > 1e-4:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if eps_at(mid) <= target else (lo, mid)
+    while eps_at(lo * (1.0 + 1e-5)) > epsilon:  # never above the target once drawn in float32
+        lo *= 1.0 - 1e-4
+    return lo
 
 
 def to_json(components: Iterable[Component]) -> list[list]:

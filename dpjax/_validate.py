@@ -91,14 +91,19 @@ def check_rho(rho: Any, name: str = "rho") -> np.ndarray:
 def check_hparams(hparams: Any) -> None:
     """The checks :func:`dpjax.fit` makes on any estimator's hyperparameters (a NamedTuple):
     the budgets by name -- ``epsilon*`` and ``rho*`` in (0, inf], ``delta*`` in (0, 1) -- and
-    the fields the type lists in ``POSITIVE`` in (0, inf]. (The ``fit_*`` wrappers check the
-    rest of their own arguments before they build the hyperparameters.)"""
+    the fields the type lists in ``POSITIVE`` in (0, inf]. A budget field the type lists in
+    ``DERIVED`` (computed on the host from the others) may be NaN throughout (not solved: the
+    estimator that reads it says what it does then). (The ``fit_*`` wrappers check the rest of
+    their own arguments before they build the hyperparameters.)"""
     fields = getattr(hparams, "_fields", None)
     if fields is None:
         return
     positive = tuple(getattr(type(hparams), "POSITIVE", ()))
+    unsolved = tuple(getattr(type(hparams), "DERIVED", ()))
     for name, value in zip(fields, hparams):
         label = f"hparams.{name}"
+        if name in unsolved and np.isnan(_as_float_array(value, label)).all():
+            continue
         if name.startswith(("epsilon", "rho")):
             check_epsilon(value, label)
         elif name.startswith("delta"):

@@ -56,6 +56,7 @@ __all__ = [
     "gaussian_delta",
     "gaussian_epsilon",
     "gaussian_zcdp",
+    "parallel_pld",
     "peeling_epsilon",
     "pure_to_zcdp",
     "zcdp_for_approx_dp",
@@ -725,6 +726,34 @@ class Ledger:
         lines.append(f"  assumes: {self.assumption}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+def parallel_pld(estimator: str, release: Release, per_batch: int = 1, *,
+                 requested: Budget | None, delta: float, variant: str = "corrected",
+                 relation: str = "replace-one", notes: Sequence[str] = (),
+                 what: str = "disjoint batches") -> Ledger:
+    """A stream of releases over disjoint batches (or users): each batch's ``per_batch``
+    consecutive releases of ``release`` compose by PLD (:meth:`Ledger.build`,
+    ``composition="pld"``, at ``delta``), and across the batches the composition is parallel
+    (a record is in one batch only): the worst batch's guarantee. The ledger lists the whole
+    stream and is labelled ``"parallel"``, with a note saying so (where PLD falls back, the
+    batch's fallback rule and its note)."""
+    rows = release.noise
+    if per_batch < 1 or len(rows) % per_batch:
+        raise ValueError(f"{len(rows)} releases do not split into batches of {per_batch}")
+    worst = None
+    for i in range(0, len(rows), per_batch):
+        part = dataclasses.replace(release, noise=tuple(rows[i:i + per_batch]),
+                                   count=per_batch)
+        led = Ledger.build(estimator, [part], "pld", variant=variant, relation=relation,
+                           requested=requested, delta=delta, notes=notes)
+        key = led.guarantee.rho if isinstance(led.guarantee, ZCDP) else led.approx_dp.epsilon
+        if worst is None or key > worst[0]:
+            worst = (key, led)
+    led = worst[1]
+    return dataclasses.replace(led, releases=(release,), composition="parallel", notes=(
+        *led.notes, f"{led.composition} composition within each of the {what}, parallel "
+        "composition across them (a record is in one only): the worst one's guarantee"))
 
 
 class PrivacyBudgetError(ConfigError):

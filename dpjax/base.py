@@ -705,8 +705,8 @@ def _secure_plan(estimator, n, data, state0, hp, hparams, grid, target=None) -> 
         return not _spent(ledger_at(kappa, plan, events), requested) <= 1.0 - margin
 
     if not kinds & set(NOISE_FACTOR_KINDS):
-        # no release the factor scales (pure l2-ball randomizer reports, exact peeling, which
-        # is solved on its own grid): the planned noise is the noise drawn, no margin needed
+        # no release the factor scales (pure l2-ball randomizer reports): the planned noise
+        # is the noise drawn, no margin needed
         if short(1.0, 0.0):
             led = ledger_at(1.0, plan, events)
             refuse(f"its releases ({', '.join(sorted(kinds))}) deliver {led.approx_dp} and "
@@ -767,12 +767,17 @@ def _secure_guarantee(plan: _SecurePlan, events):
     releases, composition)``.
 
     Within a step the releases compose in zCDP when any is a discrete Gaussian (pure ones as
-    ``eps^2/2``), else by basic composition; across steps in parallel (the largest) where no
-    record enters two steps' releases -- disjoint batches, or local DP, where each user reports
-    once, in its own round (every local estimator of dpjax is built so; its default ledger
-    composes in parallel too) -- else as within a step. zCDP is converted to
-    (epsilon, delta) at the plan's delta by CKS.
+    ``eps^2/2``; a discrete Gaussian on an l2 vector statistic has no exact privacy loss
+    distribution here), else by privacy loss distributions (each release's exact PLD: discrete
+    Laplace, exact peeling's rounds and values, the l2-ball randomizer's coin; the pessimistic
+    epsilon at the plan's delta, :mod:`dpjax._pld`) where dp_accounting is installed, else by
+    basic composition; across steps in parallel (the largest) where no record enters two
+    steps' releases -- disjoint batches, or local DP, where each user reports once, in its own
+    round (every local estimator of dpjax is built so; its default ledger composes in parallel
+    too) -- else as within a step. zCDP is converted to (epsilon, delta) at the plan's delta by
+    CKS.
     """
+    from dpjax import _pld
     from dpjax.accounting import (
         ZCDP,
         ApproxDP,
@@ -808,6 +813,21 @@ def _secure_guarantee(plan: _SecurePlan, events):
         guarantee = ZCDP(total)
         approx = zcdp_to_approx_dp(total, plan.delta)
         within = "zcdp"
+    elif _pld.available() and 0 <= _pld_delta(plan) < 1 and math.isfinite(total):
+        def entries(t: int | None):  # the components of step t's releases (None: all steps)
+            out = []
+            for r in releases:
+                k = r.count // steps
+                rows = r.noise if t is None else r.noise[t * k:(t + 1) * k]
+                out += dataclasses.replace(r, noise=tuple(rows), count=len(rows)
+                                           ).pld_components()
+            return _pld.normalise(out)
+
+        target = _pld_delta(plan)
+        eps = (max(_pld.epsilon_for_delta(entries(t), target) for t in range(steps))
+               if disjoint else _pld.epsilon_for_delta(entries(None), target))
+        guarantee = approx = ApproxDP(eps, target)
+        within = "pld"
     else:
         guarantee = approx = ApproxDP(total, min(1.0, float(combine(per_step_delta))))
         within = "basic"
@@ -823,10 +843,19 @@ def _secure_guarantee(plan: _SecurePlan, events):
     return guarantee, approx, releases, composition, local
 
 
+def _pld_delta(plan: _SecurePlan) -> float:
+    """The delta a secure ledger's PLD composition reads its epsilon at: the request's (0 for a
+    pure request: the exact sum), else the plan's."""
+    from dpjax.accounting import ApproxDP
+
+    return plan.requested.delta if isinstance(plan.requested, ApproxDP) else plan.delta
+
+
 def _secure_ledger(estimator, plan: _SecurePlan, events):
     """The ledger of a secure run, composed from its discrete events (:func:`_secure_guarantee`)
     with the request, variant label and notes of the estimator's own ledger (:func:`_secure_plan`)
     and notes saying what it assumes."""
+    from dpjax import _pld
     from dpjax.accounting import GAUSSIAN_CURVE_NOTE, Ledger
     from dpjax.mechanisms import SECURE_KINDS
 
@@ -841,10 +870,11 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
     kinds = {e.kind for e in events}
     # the estimator's notes, less those about the default path's accounting: its Gaussian
     # curve, its conversion, and a composition rule the secure ledger does not use
-    other_rule = "basic composition" if "discrete-gaussian" in kinds else "zcdp composition"
+    other_rules = (("basic composition", "by pld", "privacy loss distributions")
+                   if "discrete-gaussian" in kinds else ("zcdp composition",))
     kept = tuple(n for n in plan.notes if n != GAUSSIAN_CURVE_NOTE
                  and not n.startswith("(epsilon, delta) from rho-zCDP by the")
-                 and other_rule not in n.lower())
+                 and not any(rule in n.lower() for rule in other_rules))
     notes = [
         "exact discrete noise (secure=True): on the floating-point-safe path every noisy "
         "release is its statistic rounded to a "
@@ -857,7 +887,12 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
     if "discrete-gaussian" in kinds:
         notes.append(f"discrete Gaussian releases accounted in zCDP; (epsilon, delta) from "
                      f"rho-zCDP by the 'cks' conversion at delta = {plan.delta:g}")
-    if kinds & {"discrete-gaussian", "discrete-laplace"}:
+    elif _pld.available() and 0 <= _pld_delta(plan) < 1 and approx.is_private:
+        notes.append(f"releases composed by privacy loss distributions (each release's exact "
+                     f"PLD: discrete Laplace, exact peeling's rounds by their epsilon-DP bound, "
+                     f"the randomizer's coin), the pessimistic epsilon at delta = "
+                     f"{_pld_delta(plan):g} (dp_accounting.pld)")
+    if kinds & {"discrete-gaussian", "discrete-laplace", "discrete-noisy-ht"}:
         notes.append(
             f"noise factor kappa = {plan.noise_factor:.6g}: every discrete noise is kappa times "
             "the one carried over from the default path's calibration (rho / kappa^2, "

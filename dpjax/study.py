@@ -316,7 +316,8 @@ def _check_levels(experiment: Experiment, settings: Sequence[Setting],
                                   f"got {type(level).__name__}")
             _check_level_keys(s, level, read, where)
             try:
-                values = {f: np.float64(level[f]) for f in fields}
+                values = dict(zip(fields, map(np.float64,
+                                              sweep.level_values(s.hparams_type, level))))
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"{where}: every value must be a number ({exc})") from None
             hp = s.hparams_type(*(values[f] for f in fields))
@@ -352,7 +353,8 @@ def _check_level_keys(s: Setting, level: Mapping[str, Any], read: set[str], wher
 
     fields = s.hparams_type._fields
     unknown = [k for k in level if k not in read]
-    missing = [f for f in fields if f not in level]
+    optional = sweep.derived_defaults(s.hparams_type)
+    missing = [f for f in fields if f not in level and f not in optional]
     listing = f"{s.hparams_type.__name__}: {', '.join(fields)}"
     for key in unknown:
         close = near(str(key), fields)
@@ -801,7 +803,7 @@ def _ledger(setting: Setting, level: Mapping[str, float], index: int,
     if fn is None:
         return None
     hp = setting.hparams_type(
-        *(np.asarray(level[f], np.float64) for f in setting.hparams_type._fields)
+        *(np.asarray(v, np.float64) for v in sweep.level_values(setting.hparams_type, level))
     )
     leaves, treedef = jax.tree_util.tree_flatten(events)
     rows = np.concatenate([np.asarray(x[:, index], np.float64).reshape(x.shape[0], -1)

@@ -41,7 +41,7 @@ import re
 import struct
 import sys
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import jax
@@ -84,7 +84,9 @@ __all__ = [
     "check_setting",
     "compile_count",
     "data_compile_count",
+    "derived_defaults",
     "level_id",
+    "level_values",
     "probe_ledger",
     "make_kernel",
     "make_shared_kernels",
@@ -200,20 +202,41 @@ class Setting:
         """The levels as one hyperparameter pytree with a leading level axis."""
         levels = self.levels if levels is None else levels
         fields = self.hparams_type._fields
-        missing = [f for f in fields if f not in levels[0]]
+        defaults = derived_defaults(self.hparams_type)
+        missing = [f for f in fields if f not in levels[0] and f not in defaults]
         if missing:
             raise ValueError(f"levels of setting {self.key!r} lack hyperparameters {missing}")
         return self.hparams_type(
-            *(jnp.asarray([float(lv[f]) for lv in levels], jnp.float32) for f in fields)
+            *(jnp.asarray([float(v) for v in col], jnp.float32)
+              for col in zip(*(level_values(self.hparams_type, lv) for lv in levels)))
         )
 
     def level_ids(self, levels: Sequence[dict[str, float]] | None = None) -> np.ndarray:
         """Stable ids of the levels: a hash of the hyperparameters that change the draws
-        (fields the hparams type lists in ``ACCOUNTING_ONLY`` are read by the ledger only)."""
+        (fields the hparams type lists in ``ACCOUNTING_ONLY`` are read by the ledger only; those
+        in ``DERIVED`` are functions of the others, which the hash holds)."""
         levels = self.levels if levels is None else levels
-        skip = getattr(self.hparams_type, "ACCOUNTING_ONLY", ())
+        skip = (*getattr(self.hparams_type, "ACCOUNTING_ONLY", ()),
+                *getattr(self.hparams_type, "DERIVED", ()))
         fields = [f for f in self.hparams_type._fields if f not in skip]
         return np.array([level_id([lv[f] for f in fields]) for lv in levels], np.uint32)
+
+
+def derived_defaults(hparams_type: type) -> dict[str, Any]:
+    """The fields of ``hparams_type`` a level may leave out: those it lists in ``DERIVED``
+    (computed on the host from the others, e.g. a calibration solved there) that have a
+    default (NaN: not solved; the estimator that reads one says what it does then)."""
+    derived = getattr(hparams_type, "DERIVED", ())
+    return {f: v for f, v in getattr(hparams_type, "_field_defaults", {}).items()
+            if f in derived}
+
+
+def level_values(hparams_type: type, level: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A level's value of every field of ``hparams_type``, in order (a DERIVED field it
+    leaves out: its default, :func:`derived_defaults`)."""
+    defaults = derived_defaults(hparams_type)
+    return tuple(level[f] if f in level or f not in defaults else defaults[f]
+                 for f in hparams_type._fields)
 
 
 def level_id(values: Sequence[float]) -> int:
@@ -625,8 +648,8 @@ def _ledger_digest(setting: Setting, level: dict[str, float], shapes: Any) -> st
 
     events = jax.tree_util.tree_map(probe, shapes,
                                     is_leaf=lambda x: isinstance(x, PrivacyEvent))
-    hp = setting.hparams_type(*(np.asarray(level[f], np.float64)
-                                for f in setting.hparams_type._fields))
+    hp = setting.hparams_type(*(np.asarray(v, np.float64)
+                                for v in level_values(setting.hparams_type, level)))
     try:
         out = fn(setting.n, hp, events)
         text = json.dumps(out.to_dict() if hasattr(out, "to_dict") else out, sort_keys=True,
@@ -1656,8 +1679,8 @@ def probe_ledger(setting: Setting, index: int = 0) -> Any:
     block = setting.simulate(key_data, m, truth)
     hp = jax.tree_util.tree_map(lambda x: x[index], setting.hparams())
     events = probe_events(setting.estimator, block, setting.init(key_init, truth), hp)
-    host_hp = setting.hparams_type(*(np.asarray(setting.levels[index][f], np.float64)
-                                     for f in setting.hparams_type._fields))
+    host_hp = setting.hparams_type(*(np.asarray(v, np.float64) for v in level_values(
+        setting.hparams_type, setting.levels[index])))
     return setting.estimator.ledger(setting.n, host_hp, events)
 
 

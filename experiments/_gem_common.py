@@ -122,7 +122,8 @@ def method_setting(method: str, model_name: str, n: int, d: int, levels: Sequenc
         est = dp_gem.dp_exact_em(model, T, calibration="paper")
         hp_type = dp_gem.DPEMExactHyperparams
     elif method == "ldp-gem":  # one disjoint user group per round, generated round by round
-        est, hp_type = ldp_gem.ldp_gem(model, T, batching="disjoint"), ldp_gem.LDPGEMHyperparams
+        est = ldp_gem.ldp_gem(model, T, batching="disjoint", calibration="paper")
+        hp_type = ldp_gem.LDPGEMHyperparams
     else:
         raise ConfigError(f"--set methods: must be among {', '.join(METHODS)}; got {method!r}")
     split = method in ("dp-gem-split", "ldp-gem")

@@ -269,7 +269,8 @@ def test_no_recompile_when_epsilon_delta_eta_or_truncation_change(key):
 
 def test_ledger_reports_the_delivered_guarantee(key):
     beta, data, beta0 = _problem(n=1200, d=40, s=4)
-    res = dp_em.fit_hd_dp_em(key, data, MODEL, s_hat=4, beta0=beta0, epsilon=0.5)
+    res = dp_em.fit_hd_dp_em(key, data, MODEL, s_hat=4, beta0=beta0, epsilon=0.5,
+                             calibration="tight")
     led = res.ledger
     n0 = 1200 // math.ceil(math.log(1200))
     assert led.is_private and led.composition == "parallel"
@@ -277,6 +278,10 @@ def test_ledger_reports_the_delivered_guarantee(key):
     assert led.guarantee.epsilon == pytest.approx(
         peeling_epsilon(rel0.sensitivity / rel0.scale, 4, 1 / 2400), rel=1e-5)
     assert led.guarantee.epsilon <= 0.5
+    # the default: the same release composed by PLD (within a batch), the request spent
+    pld = dp_em.fit_hd_dp_em(key, data, MODEL, s_hat=4, beta0=beta0, epsilon=0.5).ledger
+    assert pld.composition == "parallel" and 0.5 * 0.99 <= pld.approx_dp.epsilon <= 0.5
+    assert pld.releases[0].scale < rel0.scale
     assert led.guarantee.delta == pytest.approx(1 / 2400)  # (eps, delta), not (N0 eps, N0 delta)
     (rel,) = led.releases
     assert rel.count == math.ceil(math.log(1200)) and rel.mechanism == "noisy-ht"

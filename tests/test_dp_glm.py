@@ -482,11 +482,19 @@ def test_ledgers_report_the_delivered_guarantee():
     assert not _ledger(dp_glm.gd(LOGISTIC, T), n, hp).is_private
     assert not _ledger(dp_glm.noisy_gd(LOGISTIC, T), n, dp_glm.default_hparams(n, np.inf, T)
                        ).is_private
-    # the defaults (exact Gaussian composition, B at the true bound; tight peeling) spend it
+    # the defaults (exact Gaussian composition, B at the true bound; PLD peeling) spend it
     default = _ledger(dp_glm.noisy_gd(LOGISTIC, T), n, dp_glm.default_hparams(n, eps, T))
     assert default.approx_dp.epsilon == pytest.approx(eps, rel=1e-5)
-    tight_sparse = _ledger(dp_glm.noisy_iht(LOGISTIC, 4, T), n, hp, d=6)
+    hp_s = dp_glm.default_hparams(n, eps, T, sparsity=4)
+    pld_sparse = _ledger(dp_glm.noisy_iht(LOGISTIC, 4, T), n, hp_s, d=6)
+    assert pld_sparse.composition == "pld"
+    assert eps * 0.99 <= pld_sparse.approx_dp.epsilon <= eps * (1 + 1e-5)
+    # the per-step bound's calibration, by name, spends it by its own (basic) composition
+    tight_sparse = _ledger(dp_glm.noisy_iht(LOGISTIC, 4, T, calibration="tight"), n, hp, d=6)
+    assert tight_sparse.composition == "basic"
     assert eps * (1 - 1e-4) <= tight_sparse.approx_dp.epsilon <= eps * (1 + 1e-5)
+    # ... and less noise by PLD: the same request, a larger per-coordinate epsilon
+    assert pld_sparse.releases[0].scale < tight_sparse.releases[0].scale / 1.2
 
 
 def test_fit_ledgers_are_composed_from_the_events_of_the_run(key):
@@ -522,7 +530,11 @@ def test_fit_ledgers_are_composed_from_the_events_of_the_run(key):
     assert res.ledger.releases[0].sensitivity_ratio == 1.0
     assert res.ledger.approx_dp.epsilon == pytest.approx(0.5, rel=1e-5)
     sp = dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, 1), data, LOGISTIC, s=2,
-                                  epsilon=0.5, num_iterations=T)
+                                  epsilon=0.5, num_iterations=T)  # PLD composition of the T steps
+    assert sp.ledger.composition == "pld"
+    assert 0.5 * 0.99 <= sp.ledger.approx_dp.epsilon <= 0.5 * (1 + 1e-5)
+    sp = dp_glm.fit_sparse_dp_glm(jax.random.fold_in(key, 1), data, LOGISTIC, s=2,
+                                  epsilon=0.5, num_iterations=T, calibration="tight")
     assert 0.5 * (1 - 1e-4) <= sp.ledger.approx_dp.epsilon <= 0.5 * (1 + 1e-5)
 
 

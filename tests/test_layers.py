@@ -240,7 +240,7 @@ def test_the_architecture_page_lists_every_import():
 
 def test_the_page_check_has_teeth():
     table, graph = _doc_table(), edges()
-    assert table["base"] == {"mechanisms", "secure_noise", "accounting", "secure=True"}
+    assert table["base"] == {"mechanisms", "secure_noise", "accounting", "secure=True", "_pld"}
     assert doc_mismatches(table, {**graph, "sweep": {"base", "results"}})  # unlisted
     assert doc_mismatches(table, {**graph, "study": {"sweep", "results"}})  # stale: config
     assert doc_mismatches({k: v for k, v in table.items() if k != "tune"}, graph)  # no row

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from dpjax import base
+from dpjax.accounting import gaussian_epsilon
 from dpjax.algorithms import dp_gem as G
 from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
 from dpjax.models.mor import MoRData
@@ -127,7 +128,8 @@ def test_noise_scale_with_power():
     g0, _ = _step(G.ldp_gem(model, T, "explicit"), data, beta, _hp(math.inf, s=s))
     keys = jax.random.split(jax.random.key(7), 700)
     state = G.LDPGEMState(beta, jnp.zeros((), jnp.int32))
-    step = jax.jit(jax.vmap(G.ldp_gem(model, T).step, in_axes=(0, None, None, None)))
+    step = jax.jit(jax.vmap(G.ldp_gem(model, T, calibration="paper").step,
+                            in_axes=(0, None, None, None)))
     new, info = step(keys, state, data, _hp(eps))
     noise = np.asarray(new.beta, np.float64) - np.asarray(beta, np.float64) - g0[None, :]
     assert float(info.s[0]) == pytest.approx(s, rel=1e-4)
@@ -202,7 +204,8 @@ def test_determinism_under_a_fixed_key_and_no_recompile():
 @pytest.mark.parametrize("model", MODELS, ids=IDS)
 @pytest.mark.parametrize("eps", [0.2, 4.0])
 def test_ledger_states_each_users_local_guarantee(model, eps):
-    led = _fit(0, eps, model).ledger
+    # the paper's accounting, by name: rho = eps~^2 per user, Bun-Steinke
+    led = _fit(0, eps, model, calibration="paper").ledger
     assert led.relation == "local" and led.composition == "parallel"
     (rel,) = led.releases
     assert rel.count == T and rel.relation == "local"  # one stacked event per round
@@ -212,6 +215,16 @@ def test_ledger_states_each_users_local_guarantee(model, eps):
     assert led.approx_dp.delta == pytest.approx(1.0 / N)
     assert "each user once" in rel.data and "63" in rel.data
     assert any("ours" in note for note in led.notes)
+    # the default: each user's one Gaussian report is the analytic Gaussian mechanism of the
+    # request, read off its PLD (the exact Gaussian curve): the request, with less noise
+    default = _fit(0, eps, model).ledger
+    assert default.relation == "local" and default.composition == "parallel"
+    (drel,) = default.releases
+    mu = drel.sensitivity * drel.sensitivity_ratio / drel.scale
+    assert default.approx_dp.epsilon == pytest.approx(gaussian_epsilon(mu, 1.0 / N), rel=1e-6)
+    assert eps * 0.999 <= default.approx_dp.epsilon <= eps * (1 + 1e-5)
+    assert drel.scale < rel.scale  # the same request, less noise than rho = eps~^2
+    assert any("calibration 'gaussian'" in note for note in default.notes)
 
 
 def test_invalid_inputs_are_rejected():

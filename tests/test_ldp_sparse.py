@@ -17,6 +17,7 @@ from scipy import stats
 
 from dpjax import audit, base
 from dpjax import local_randomizers as LR
+from dpjax.accounting import gaussian_epsilon
 from dpjax.algorithms import ldp_sparse as L
 from dpjax.models import sparse_lr as M
 from tests.helpers import (
@@ -455,15 +456,21 @@ def test_indefinite_noisy_covariance_is_reported_not_returned(key):
 def test_nldp_ledger_is_each_users_guarantee_whatever_the_chunks(key):
     n, d = 300, 3
     x, y, _ = _data(key, n, d)
-    for chunks in (1, 3):
-        est = L.nldp(chunks)
+    for chunks, calibration in ((1, "analytic"), (3, "analytic"), (1, "pld"), (3, "pld")):
+        est = L.nldp(chunks, calibration=calibration)
         _, events = jax.jit(base.run, static_argnums=(0, 5))(
             est, key, (x, y), est.init(jnp.zeros(d)), _hp(0.5), lambda s, i: i.events)
         led = est.ledger(n, jax.tree_util.tree_map(np.asarray, _hp(0.5)), events)
-        # two releases at (eps/2, delta/2), each read off the exact Gaussian curve of its sigma
-        per = [r.epsilons[0] for r in led.releases[:2]]
-        assert led.approx_dp.epsilon == pytest.approx(sum(per), rel=1e-6)
-        assert 0.99 * 0.5 <= led.approx_dp.epsilon <= 0.5  # the default spends the request
+        if calibration == "analytic":
+            # two releases at (eps/2, delta/2), each read off the exact Gaussian curve of its
+            # sigma, basic composition
+            per = [r.epsilons[0] for r in led.releases[:2]]
+            assert led.approx_dp.epsilon == pytest.approx(sum(per), rel=1e-6)
+        else:  # the default: the two compose by PLD to the Gaussian of mu = sqrt(mu1^2 + mu2^2)
+            mu = math.hypot(*(r.sensitivity / r.scale for r in led.releases[:2]))
+            assert led.approx_dp.epsilon == pytest.approx(gaussian_epsilon(mu, 1e-3), rel=1e-6)
+            assert led.composition.startswith("pld per user")
+        assert 0.99 * 0.5 <= led.approx_dp.epsilon <= 0.5  # either spends the request
         assert led.approx_dp.delta == pytest.approx(1e-3, rel=1e-5)
         assert led.relation == "local" and sum(r.count for r in led.releases) == 2 * chunks
 
@@ -627,11 +634,12 @@ def test_default_constants_fit_where_the_old_default_was_always_indefinite():
 
 
 def test_infeasible_size_is_refused_up_front_on_public_values(monkeypatch):
-    """n = 2e4 users at eps = 0.5, d = 5: no radius can make the noisy covariance positive
-    definite; the fit refuses before any report is drawn, with the same one line for two
-    different data sets, naming the n needed."""
+    """n = 1e4 users at eps = 0.5, d = 5: no radius can make the noisy covariance positive
+    definite (the default PLD calibration needs about 1.6e4; the previous "analytic" one, each
+    report at eps/2, 3.4e4 at n = 2e4); the fit refuses before any report is drawn, with the
+    same one line for two different data sets, naming the n needed."""
     monkeypatch.setattr(L, "fit", lambda *a, **k: pytest.fail("the fit ran"))
-    n, d = 20_000, 5
+    n, d = 10_000, 5
     msgs = set()
     for seed in (0, 1):
         x = np.random.default_rng(seed).normal(size=(n, d)).astype(np.float32)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import dpjax
-from dpjax import base
+from dpjax import _pld, base
 from dpjax import discrete_noise as dn
 from dpjax import mechanisms as M
 from dpjax.accounting import GAUSSIAN_CURVE_NOTE, ZCDP, ApproxDP, PrivacyBudgetError
@@ -271,14 +271,21 @@ def test_secure_fit_nldp_delivers_each_users_request():
     led = res.ledger
     assert led.relation == "local" and led.requested.epsilon == 8.0
     assert {r.mechanism for r in led.releases} == {"discrete-gaussian"}
-    # each user's two releases at (eps/2, delta/2) compose in zCDP, tighter than the default
-    # ledger's basic composition: the carried noise under-spends (0.78 of the request before
-    # the plan solved kappa both ways), so kappa < 1 and the request is spent
+    # each user's two releases compose in zCDP, looser than the default ledger's PLD (the
+    # default calibrates the two together as the analytic Gaussian of the request): the carried
+    # noise would over-spend, so kappa > 1 and the request is spent (with calibration=
+    # "analytic", each at (eps/2, delta/2), basic composition, kappa < 1: below)
     assert 0.99 * 8.0 <= led.approx_dp.epsilon <= 8.0
     assert led.approx_dp.delta <= led.requested.delta
     assert any(n.startswith(SECURE_NOTE) for n in led.notes)
     kappa = [n for n in led.notes if n.startswith("noise factor kappa")]
-    assert len(kappa) == 1 and float(kappa[0].split("= ")[1].split(":")[0]) < 1
+    assert len(kappa) == 1 and float(kappa[0].split("= ")[1].split(":")[0]) > 1
+    # no note of the default path's PLD composition in a zCDP ledger
+    assert not any("PLD" in n or "privacy loss distributions" in n for n in led.notes)
+    analytic = ldp_sparse.fit_nldp(1, (x, y), epsilon=8.0, delta=1e-4, r=2.0, tau1=3.0,
+                                   tau2=3.0, lam=0.01, secure=True, calibration="analytic")
+    assert 0.99 * 8.0 <= analytic.ledger.approx_dp.epsilon <= 8.0
+    assert _kappa(analytic.ledger) < 1
     # the ledger says the composition it uses, and no note says another (a note "basic
     # composition" sat beside "composition: zcdp" before)
     assert led.composition == "zcdp per user (2 releases); parallel across disjoint users"
@@ -295,7 +302,8 @@ def test_secure_nldp_reports_have_the_discrete_gaussian_spread():
     m, d, grid = 200, 20, 2.0**-4
     hp = ldp_sparse.NLDPHyperparams(*map(np.float32, (2.0, 1e-3, 1.0, 1.0, 1.0, 0.1)))
     data = (jnp.zeros((m, d)), jnp.zeros(m))
-    res = dpjax.fit(ldp_sparse.nldp(1), 7, data, jnp.zeros(d), hp, secure=True, grid=grid)
+    est = ldp_sparse.nldp(1, calibration="analytic")  # each report at (eps/2, delta/2)
+    res = dpjax.fit(est, 7, data, jnp.zeros(d), hp, secure=True, grid=grid)
     kappa = float([n for n in res.ledger.notes if n.startswith("noise factor kappa")][0]
                   .split("= ")[1].split(":")[0])
     iu = np.triu_indices(d)
@@ -305,7 +313,7 @@ def test_secure_nldp_reports_have_the_discrete_gaussian_spread():
     for noise, rng_, size in parts:
         units = noise.astype(np.float64) / grid * m  # sums of integer reports (float32 mean)
         np.testing.assert_allclose(units, np.round(units), atol=0.05)
-        # (eps/2, delta/2), value units, in the estimator's default (analytic) calibration
+        # (eps/2, delta/2), value units, in the analytic calibration
         sigma = float(M.gaussian_sigma(rng_, 1.0, 5e-4, "analytic"))
         delta_z = math.sqrt(dn.integer_sensitivity_l2_sq(rng_, grid, size))
         sigma_z = kappa * delta_z * sigma / rng_  # grid units
@@ -388,17 +396,25 @@ def _sparse_glm(n, d, T, **kw):
 
 
 def test_secure_sparse_glm_delivers_at_the_default_delta():
-    """n 2000, d 20, T 3: delta / T in float32 is one rounding step above a third of the float32
-    request, three shares composed in float64 exceeded it, and the plan bisected kappa (which
-    cannot change a delta) up to 2^20 and refused, blaming the zCDP accounting."""
+    """n 2000, d 20, T 3: by PLD the secure ledger reads its epsilon at the request's delta.
+    By basic composition (without dp_accounting): delta / T in float32 is one rounding step
+    above a third of the float32 request, three shares composed in float64 exceeded it, and
+    the plan bisected kappa (which cannot change a delta) up to 2^20 and refused, blaming the
+    zCDP accounting; each share is now rounded down."""
     led = _sparse_glm(2000, 20, 3).ledger
     assert led.requested == ApproxDP(2.0, float(np.float32(1 / 4000)))
+    assert led.approx_dp.delta == led.requested.delta and led.composition == "pld"
+    assert 0.99 * 2.0 <= led.approx_dp.epsilon <= 2.0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_pld, "available", lambda: False)
+        led = _sparse_glm(2000, 20, 3).ledger
     assert led.approx_dp.delta <= led.requested.delta  # exactly: no rounding slack
     assert 0.99 * 2.0 <= led.approx_dp.epsilon <= 2.0
     assert any("spends its share of delta times" in n for n in led.notes)
 
 
-def test_a_refused_secure_request_names_its_cause():
+def test_a_refused_secure_request_names_its_cause(monkeypatch):
+    monkeypatch.setattr(_pld, "available", lambda: False)  # basic composition: delta shares add
     model = GLM("logistic")
     data = model.simulate(jax.random.key(3), 2000, jnp.asarray(sparse_sphere_beta(
         jax.random.key(2), 20, 5)))
@@ -420,7 +436,7 @@ def test_a_refused_secure_request_names_its_cause():
 # ---- issue 44 item 9: the secure path spends the request, in both directions ------------------
 
 
-def _gem(fit_name, n=400):
+def _gem(fit_name, n=400, **options):
     from dpjax.algorithms import dp_gem, ldp_gem
 
     fit = {"fit_dp_gem": dp_gem.fit_dp_gem, "fit_dp_exact_em": dp_gem.fit_dp_exact_em,
@@ -430,7 +446,7 @@ def _gem(fit_name, n=400):
     data = gmm.simulate(jax.random.key(0), n, jnp.full(4, 0.5))
     kw = {} if fit_name == "fit_clipped_gem" else dict(tau=2.0)
     return fit(7, data, gmm, epsilon=1.0, beta0=np.array([0.5, 0.5, 0, 0], np.float32),
-               num_iterations=2, secure=True, **kw)
+               num_iterations=2, secure=True, **kw, **options)
 
 
 def _kappa(led):
@@ -443,17 +459,19 @@ def _kappa(led):
 def test_secure_gem_family_spends_the_request(fit_name):
     """The secure ledger (discrete Gaussians in zCDP, CKS conversion) is solved for the request
     in both directions. The carried noise used to deliver 0.61 of the request at n = 400 while
-    kappa could not go below 1. Today LDP-GEM's default path (zCDP, Bun-Steinke) carries more
-    noise than the secure ledger needs (kappa < 1), and the DP-GEM family's default path
-    (analytic Gaussian, composed by PLD: tighter than zCDP) carries less (kappa > 1)."""
+    kappa could not go below 1. Today every default path of the family (analytic Gaussian,
+    composed by PLD: tighter than zCDP) carries less noise than the secure ledger needs
+    (kappa > 1); LDP-GEM's paper accounting (zCDP, Bun-Steinke) by name carries more (kappa <
+    1)."""
     led = _gem(fit_name).ledger
     assert led.variant == "corrected"
     assert 0.99 <= led.approx_dp.epsilon / led.requested.epsilon <= 1.0
     assert led.approx_dp.delta <= led.requested.delta
+    assert _kappa(led) > 1
     if fit_name == "fit_ldp_gem":
-        assert _kappa(led) < 1
-    else:
-        assert _kappa(led) > 1
+        paper = _gem(fit_name, calibration="paper").ledger
+        assert 0.99 <= paper.approx_dp.epsilon / paper.requested.epsilon <= 1.0
+        assert _kappa(paper) < 1
 
 
 def test_the_noise_factor_follows_the_secure_ledgers_own_composition(monkeypatch):

@@ -259,7 +259,7 @@ def test_fit_sparse_dp_glm_secure_works_and_delivers_the_request():
     res = dp_glm.fit_sparse_dp_glm(3, data, model, epsilon=1.0, s=2, num_iterations=4,
                                    secure=True)
     _check_secure_ledger(res, 1.0, 1 / 800)
-    assert res.ledger.composition == "basic" and res.ledger.releases[0].count == 4
+    assert res.ledger.composition == "pld" and res.ledger.releases[0].count == 4
     assert np.count_nonzero(np.asarray(res.estimate)) == 2
     exact = dp_glm.fit_sparse_dp_glm(3, data, model, epsilon=np.inf, s=2, num_iterations=4,
                                      secure=True)

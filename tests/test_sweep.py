@@ -104,7 +104,9 @@ def test_sweep_equals_base_run_with_the_documented_keys(reference):
     beta0 = INIT(jax.random.fold_in(dk, sweep.INIT_TAG), jnp.asarray(st.truth))
     level = st.levels[li]
     run_key = jax.random.fold_in(jax.random.fold_in(noise_key, r), int(st.level_ids()[li]))
-    hp = dp_em.DPEMHyperparams(*(jnp.float32(level[f]) for f in dp_em.DPEMHyperparams._fields))
+    # the level's value of every field (a DERIVED one it leaves out: its default)
+    hp = dp_em.DPEMHyperparams(*map(jnp.float32, sweep.level_values(dp_em.DPEMHyperparams,
+                                                                    level)))
     _, trace = base.run(st.estimator, run_key, data, st.estimator.init(beta0), hp)
     err = np.linalg.norm(np.asarray(trace.beta) - st.truth, axis=1)
     np.testing.assert_allclose(reference["error"][r, li, 1:], err, rtol=1e-5, atol=1e-6)

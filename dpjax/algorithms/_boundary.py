@@ -78,3 +78,19 @@ def checked_inputs(
     if eta is not None:
         _validate.check_scalar(_validate.check_positive(eta, "eta"), "eta")
     return FitInputs(key, data, n, T, eps, dl)
+
+
+def host_solved(fn: Callable[[float], float], level: Any) -> jax.Array:
+    """``fn(level)`` as a float32 array, where ``fn`` is a host computation (e.g. a calibration
+    solved by PLD on the host) and ``level`` a privacy level: computed directly for a concrete
+    level, through ``jax.pure_callback`` (once per level, on the host) for a traced one -- a
+    registry example's hyperparameters are vmapped over levels by the conformance suite. Never
+    used inside an estimator's step."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    if not isinstance(level, jax.core.Tracer):
+        return jnp.float32(fn(float(level)))
+    return jax.pure_callback(lambda e: np.asarray(fn(float(e)), np.float32),
+                             jax.ShapeDtypeStruct((), jnp.float32), level,
+                             vmap_method="sequential")

@@ -53,9 +53,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate, registry
-from dpjax.accounting import ApproxDP, Ledger, Release
-from dpjax.algorithms._boundary import check_model, checked_inputs
+from dpjax import _pld, _validate, registry
+from dpjax.accounting import ApproxDP, Ledger, Release, parallel_pld
+from dpjax.algorithms._boundary import check_model, checked_inputs, host_solved
 from dpjax.base import Estimator, FitResult, Padded, batch_size, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
@@ -63,6 +63,7 @@ from dpjax.mechanisms import (
     hard_threshold,
     no_privacy_event,
     noisy_hard_threshold,
+    peeling_coordinate_epsilon,
 )
 from dpjax.models.protocol import EMModel
 
@@ -82,14 +83,18 @@ __all__ = [
     "gradient_em",
     "hd_dp_em",
     "ld_dp_em",
+    "peeling_epsilon_coord",
     "truncated_em",
 ]
 
 Privatiser = Literal["noisy-ht", "gaussian", "top-s", "none"]
-Calibration = Literal["tight", "paper"]
-#: noise calibrations of the private estimators: ``"tight"`` (default) spends the whole
-#: budget by the ledger; ``"paper"`` is the papers' printed formula
-CALIBRATIONS: tuple[str, ...] = ("tight", "paper")
+Calibration = Literal["pld", "tight", "paper"]
+#: noise calibrations of the private estimators: ``"pld"`` (the peeling's default: each
+#: iteration's NoisyHT release spends the whole budget by privacy loss distributions, solved on
+#: the host into ``hparams.epsilon_coord``; for the Gaussian privatiser the same as ``"tight"``),
+#: ``"tight"`` (the Gaussian's default: the least noise the per-release bound proves) and
+#: ``"paper"`` (the papers' printed formula)
+CALIBRATIONS: tuple[str, ...] = ("pld", "tight", "paper")
 
 
 class DPEMHyperparams(NamedTuple):
@@ -99,8 +104,16 @@ class DPEMHyperparams(NamedTuple):
     delta: jax.Array  # ()
     eta: jax.Array  # () step size
     truncation: jax.Array  # () truncation level T (inf: none; only with epsilon = inf)
+    # () hd-dp-em under calibration "pld" only: the per-coordinate epsilon Delta_inf / b of each
+    # iteration's peeling noise, solved on the host (default_hparams(..., s_hat=s)) so that the
+    # release composes by PLD to (epsilon, delta); inf at epsilon = inf. NaN: not solved (hd-dp-em
+    # under "pld" then draws the per-release bound's "tight" noise, and its ledger says so).
+    epsilon_coord: jax.Array = np.float32(np.nan)
 
     POSITIVE = ("eta", "truncation")  # in (0, inf], checked with the budgets by dpjax.fit
+    # computed on the host from epsilon, delta (and the static s_hat): a study level may leave it
+    # out (NaN: not solved), and it is not part of a level's id (the fields it derives from are)
+    DERIVED = ("epsilon_coord",)
 
 
 class DPEMState(NamedTuple):
@@ -129,9 +142,12 @@ def default_hparams(
     delta: Any = None,
     eta: Any = 0.5,
     truncation: Any = None,
+    s_hat: int | None = None,
 ) -> DPEMHyperparams:
     """Hyperparameters with the spec-000 defaults: ``delta = 1/(2n)``, ``T = sqrt(log n)``.
 
+    ``s_hat``: given, ``epsilon_coord`` is solved on the host for hd-dp-em's default peeling
+    calibration ``"pld"`` (:func:`peeling_epsilon_coord`); else it is NaN.
     Values are NumPy arrays (they broadcast, so a grid of privacy levels is fine).
     """
     delta = 1.0 / (2.0 * n) if delta is None else delta
@@ -139,7 +155,26 @@ def default_hparams(
     b = np.broadcast_arrays(
         *(np.asarray(v, dtype=np.float64) for v in (epsilon, delta, eta, truncation))
     )
-    return DPEMHyperparams(*(x.astype(np.float32) for x in b))
+    coord = np.full(b[0].shape, np.nan) if s_hat is None else np.vectorize(
+        lambda e, d_: peeling_epsilon_coord(e, d_, s_hat), otypes=[np.float64])(b[0], b[1])
+    return DPEMHyperparams(*(x.astype(np.float32) for x in (*b, coord)))
+
+
+def peeling_epsilon_coord(epsilon: float, delta: float, s_hat: int) -> float:
+    """hd-dp-em's ``epsilon_coord`` under calibration ``"pld"``: the largest per-coordinate
+    epsilon ``Delta_inf / b`` whose NoisyHT release of ``s_hat`` coordinates (``s_hat`` rounds
+    of ``2 epsilon_coord``-DP, ``s_hat`` Laplace coordinates) composes by PLD to at most
+    ``(epsilon, delta)`` (:func:`dpjax._pld.peeling_ratio`, 0.999 of it), rounded down to
+    float32; ``inf`` at epsilon = inf. Each iteration spends it on its own batch (parallel
+    composition). Needs dp_accounting (the ``[pld]`` extra)."""
+    _validate.check_int_in_range(s_hat, "s_hat", 1)
+    if not math.isfinite(float(epsilon)):
+        return math.inf
+    if not _pld.available():
+        raise ValueError("calibration='pld' needs dp_accounting (pip install dpjax[pld]); "
+                         "use calibration='tight'")
+    r = np.float32(_pld.peeling_ratio(int(s_hat), 1, float(epsilon), float(delta)))
+    return float(np.nextafter(r, np.float32(0)))  # float32, never above the solved ratio
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,8 +196,13 @@ def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                                                 count=sizes.count.astype(beta.dtype))
             stat = stat.scale(hp.eta).shift(beta)  # beta^{t+0.5}, lambda_t = eta * sens(f_T)
             if privatiser == "noisy-ht":
-                peeled = noisy_hard_threshold(key, stat, s_hat, hp.epsilon, hp.delta,
-                                              calibration)
+                # unsolved (NaN): the per-release bound's scale; inf at epsilon = inf
+                coord = peeling_coordinate_epsilon(hp.epsilon_coord, s_hat, hp.epsilon,
+                                                   hp.delta)
+                peeled = (noisy_hard_threshold(key, stat, s_hat, coord, hp.delta,
+                                               "per-coordinate") if calibration == "pld" else
+                          noisy_hard_threshold(key, stat, s_hat, hp.epsilon, hp.delta,
+                                               calibration))
                 ev = peeled.event
                 return DPEMState(peeled.value), DPEMInfo(ev.scale.astype(beta.dtype),
                                                          peeled.support, (ev,))
@@ -261,7 +301,7 @@ def _check(model: EMModel, num_iterations: int, n: int, hp: DPEMHyperparams, dty
 
 
 def hd_dp_em(model: EMModel, s_hat: int, num_iterations: int,
-             calibration: Calibration = "tight") -> Estimator:
+             calibration: Calibration = "pld") -> Estimator:
     """High-dimensional DP-EM with NoisyHT (spec 000 Alg 2; Alg 3/5/6 by ``model``).
 
     Args:
@@ -269,11 +309,16 @@ def hd_dp_em(model: EMModel, s_hat: int, num_iterations: int,
             :class:`~dpjax.models.gmm.GaussianMixture`); hashable, bound statically.
         s_hat: the number of coordinates kept each iteration (static).
         num_iterations: ``N0``, also the number of disjoint batches (static).
-        calibration: the peeling Laplace scale: ``"tight"`` (default; the smallest scale the
-            ledger's composition bound proves, so each iteration -- and, by parallel
-            composition, the run -- spends the whole (epsilon, delta)) or ``"paper"`` (the
-            printed ``lambda 2 sqrt(3 s log(1/delta)) / epsilon``, which the ledger reads back
-            as about half of epsilon at the papers' budgets). See
+        calibration: the peeling Laplace scale: ``"pld"`` (default; the smallest scale
+            whose release -- ``s_hat`` report-noisy-max rounds and ``s_hat`` Laplace
+            coordinates -- composes by privacy loss distributions to (epsilon, delta), from
+            ``hparams.epsilon_coord``, which :func:`default_hparams` solves with
+            ``s_hat=s_hat``; the ledger composes by PLD within a batch, in parallel across),
+            ``"tight"`` (the smallest scale the per-release bound proves,
+            :func:`dpjax.accounting.peeling_epsilon`: the ledger's basic/advanced composition
+            reads back the whole (epsilon, delta)) or ``"paper"`` (the printed
+            ``lambda 2 sqrt(3 s log(1/delta)) / epsilon``, which the ledger reads back as
+            about half of epsilon at the papers' budgets). See
             :func:`dpjax.mechanisms.peeling_multiplier`.
     """
     _validate.check_choice(calibration, "calibration", CALIBRATIONS)
@@ -285,11 +330,12 @@ def ld_dp_em(model: EMModel, num_iterations: int,
     """Low-dimensional DP-EM with the Gaussian mechanism (spec 000 Alg 4/7/8).
 
     ``calibration``: ``"tight"`` (default; the analytic Gaussian calibration, which the exact
-    curve reads back as the whole (epsilon, delta)) or ``"paper"`` (the classic
-    ``sqrt(2 log(1.25/delta)) / epsilon`` for epsilon <= 1, the analytic one above: 0.59 of
-    epsilon = 1 at delta = 1/400).
+    curve -- the PLD of one Gaussian release -- reads back as the whole (epsilon, delta); ``"pld"``
+    is the same) or ``"paper"`` (the classic ``sqrt(2 log(1.25/delta)) / epsilon`` for
+    epsilon <= 1, the analytic one above: 0.59 of epsilon = 1 at delta = 1/400).
     """
     _validate.check_choice(calibration, "calibration", CALIBRATIONS)
+    calibration = "tight" if calibration == "pld" else calibration
     return _build(model, "gaussian", num_iterations, None, "disjoint", calibration)
 
 
@@ -357,6 +403,19 @@ def _ledger(
         notes.append("tight calibration: the noise is the least the ledger's bound proves for "
                      "the requested budget" + (" (analytic Gaussian)" if privatiser == "gaussian"
                                                else " (peeling)"))
+    if calibration == "pld":
+        notes.append(f"PLD calibration: each iteration's peeling scale is the least whose "
+                     f"{s_hat} report-noisy-max rounds and {s_hat} Laplace coordinates compose "
+                     "by PLD to the request (the papers' per-release bound is calibration="
+                     "'paper' or 'tight')")
+        if math.isfinite(eps) and np.isnan(np.asarray(hparams.epsilon_coord)).any():
+            notes.append("epsilon_coord not solved (NaN in the hyperparameters): each "
+                         "release's peeling at the per-release bound's ('tight') scale "
+                         "instead, which the PLD composition reads as less than the request "
+                         "(solve it with default_hparams(..., s_hat=s_hat))")
+        return parallel_pld(name, release, requested=ApproxDP(eps, delta), delta=delta,
+                            variant=model.variant, notes=notes,
+                            what=f"{N0} disjoint batches")
     return Ledger.build(
         name, [release], "parallel", variant=model.variant, requested=ApproxDP(eps, delta),
         notes=notes,
@@ -392,8 +451,10 @@ def _fit(
 ) -> FitResult:
     check_model(model, EMModel, _EM_MODEL)
     if calibration is None:
-        calibration = "tight"
+        calibration = "pld" if privatiser == "noisy-ht" else "tight"
     _validate.check_choice(calibration, "calibration", CALIBRATIONS)
+    if calibration == "pld" and not _pld.available():
+        calibration = "tight"  # no dp_accounting (the [pld] extra): the per-release bound's
     a = checked_inputs(key, data, model.validate_data, model.num_records, on_invalid=on_invalid,
                    num_iterations=num_iterations, default_iterations=default_num_iterations,
                    at_most_n=sample_splitting, iterations_name="num_iterations (N0)",
@@ -413,7 +474,9 @@ def _fit(
         estimator = truncated_em(model, s_hat, N0, sample_splitting)
     else:
         estimator = gradient_em(model, N0, sample_splitting)
-    hp = default_hparams(n, eps, delta, eta, truncation)
+    hp = default_hparams(n, eps, delta, eta, truncation,
+                         s_hat=s_hat if privatiser == "noisy-ht" and calibration == "pld"
+                         else None)
     res = fit(estimator, a.key, data, beta0, hp, n=n, secure=secure, accountant=accountant)
     if privatiser in ("noisy-ht", "gaussian"):
         # Facts computed from the public iterates beta^0 .. beta^{N0-1} (post-processing).
@@ -559,7 +622,9 @@ def _example(model: EMModel, d: int, seed: int) -> registry.Example:
     data = model.simulate(jax.random.key(seed), n, jnp.asarray(beta))
 
     def hp(eps):
-        return DPEMHyperparams(*map(jnp.float32, (eps, 1 / (2 * n), 0.5, 2.0)))
+        # epsilon_coord: hd-dp-em's default ("pld") peeling calibration, solved per level
+        coord = host_solved(lambda e: peeling_epsilon_coord(e, 1 / (2 * n), s), eps)
+        return DPEMHyperparams(*map(jnp.float32, (eps, 1 / (2 * n), 0.5, 2.0)), coord)
 
     return registry.Example(data, beta * 0.9, hp)
 

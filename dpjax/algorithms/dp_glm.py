@@ -49,10 +49,16 @@ only: the delivered guarantee is what the noise actually drawn earns.
     \delta/T\big),
 
 with x clipped to the box ``[-sigma_x, sigma_x]^d`` and l-infinity sensitivity ``eta B / n``.
-Peeling Laplace scale: ``calibration="tight"`` (default) the smallest one the ledger's bound
-proves at ``(eps/T, delta/T)`` (:func:`dpjax.mechanisms.peeling_multiplier`), so basic
-composition spends the whole ``(eps, delta)``; ``calibration="paper"`` the printed
+Peeling Laplace scale: ``calibration="pld"`` (default) one scale for every step, the least whose
+``T`` releases (``s T`` report-noisy-max rounds, ``s T`` Laplace coordinates) compose by privacy
+loss distributions to ``(eps, delta)`` (:func:`dpjax._pld.peeling_ratio`, solved on the host
+into ``hparams.epsilon_coord`` by :func:`default_hparams` with ``sparsity=s``); the ledger
+composes by PLD and reads the request back. ``calibration="tight"`` the smallest scale the
+per-step bound (:func:`dpjax.accounting.peeling_epsilon`) proves at ``(eps/T, delta/T)``
+(:func:`dpjax.mechanisms.peeling_multiplier`), so basic composition spends the whole
+``(eps, delta)``; ``calibration="paper"`` the printed
 ``2 eta B T sqrt(3 s log(T/delta)) / (n eps)`` (about 0.24 of epsilon with ``b_constant = 4``).
+Both keep their ledger's basic composition (the papers' rule).
 
 Privacy (replace-one adjacency, ``n`` fixed; spec 003 Lemmas 1 and 5): each step is private in
 the full data given the previous (public) iterate, and ``T`` steps compose. ``beta0`` must not
@@ -90,7 +96,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate, registry
+from dpjax import _pld, _validate, registry
 from dpjax.accounting import (
     ApproxDP,
     Ledger,
@@ -98,7 +104,7 @@ from dpjax.accounting import (
     gaussian_mu_for_epsilon,
     zcdp_for_approx_dp,
 )
-from dpjax.algorithms._boundary import check_model, checked_inputs
+from dpjax.algorithms._boundary import check_model, checked_inputs, host_solved
 from dpjax.base import Estimator, FitResult, Padded, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
@@ -108,6 +114,7 @@ from dpjax.mechanisms import (
     hard_threshold,
     no_privacy_event,
     noisy_hard_threshold,
+    peeling_coordinate_epsilon,
     with_sensitivity_margin,
 )
 from dpjax.models.glm import GLM
@@ -133,13 +140,15 @@ __all__ = [
     "iht",
     "noisy_gd",
     "noisy_iht",
+    "peeling_epsilon_coord",
     "smoothness",
 ]
 
 Calibration = Literal["paper", "gaussian", "zcdp", "unsplit"]
 CALIBRATIONS: tuple[str, ...] = ("paper", "gaussian", "zcdp", "unsplit")
-#: calibrations of Algorithm 5's peeling (:func:`dpjax.mechanisms.peeling_multiplier`)
-SPARSE_CALIBRATIONS: tuple[str, ...] = ("tight", "paper")
+#: calibrations of Algorithm 5's peeling: ``"pld"`` (default; the run's PLD composition, solved
+#: on the host), ``"tight"`` and ``"paper"`` (:func:`dpjax.mechanisms.peeling_multiplier`)
+SPARSE_CALIBRATIONS: tuple[str, ...] = ("pld", "tight", "paper")
 #: the default ``b_constant``: the true bound ``B = 2 (R + c1) sigma_x`` (the paper prints 4)
 B_CONSTANT = 2.0
 #: the paper's printed ``b_constant`` (spec 003 §2.1)
@@ -158,8 +167,18 @@ class GLMHyperparams(NamedTuple):
     # and "zcdp" (computed on the host by calibrate_rho). Under "paper"/"unsplit" and in
     # Algorithm 5 the noise comes from (epsilon, delta) and rho is informational only.
     rho: jax.Array
+    # () Algorithm 5 under calibration "pld" only: the per-coordinate epsilon Delta_inf / b of
+    # every step's peeling noise, solved on the host (default_hparams(..., sparsity=s)) so that
+    # the T steps compose by PLD to (epsilon, delta); inf at epsilon = inf. NaN: not solved
+    # (Algorithm 5 under "pld" then draws the per-step bound's "tight" noise, and its ledger
+    # says so; unused elsewhere).
+    epsilon_coord: jax.Array = np.float32(np.nan)
 
     POSITIVE = ("eta", "truncation")  # in (0, inf], checked with the budgets by dpjax.fit
+    # computed on the host from epsilon, delta (and the static s, T): a study level may leave it
+    # out (NaN: not solved; only Algorithm 5 under "pld" reads it), and it is not part of a
+    # level's id (the fields it derives from are)
+    DERIVED = ("epsilon_coord",)
 
 
 class GLMState(NamedTuple):
@@ -212,10 +231,13 @@ def default_hparams(
     eta: Any = 1.0,
     truncation: Any = 1.0,
     calibration: Calibration = "gaussian",
+    sparsity: int | None = None,
 ) -> GLMHyperparams:
     """Hyperparameters with the spec-003 defaults ``delta = 1/(2n)``, ``eta = 1``, ``R = 1``
     (logistic), and ``rho`` calibrated on the host (:func:`calibrate_rho`).
 
+    ``sparsity``: Algorithm 5's ``s``; given, ``epsilon_coord`` is solved on the host for its
+    default peeling calibration ``"pld"`` (:func:`peeling_epsilon_coord`); else it is NaN.
     Values are float32 NumPy arrays (they broadcast, so a grid of privacy levels is fine).
     """
     delta = 1.0 / (2.0 * n) if delta is None else delta
@@ -224,7 +246,28 @@ def default_hparams(
     )
     rho = np.vectorize(lambda e, d_: calibrate_rho(e, d_, calibration, num_iterations),
                        otypes=[np.float64])(eps, dl)
-    return GLMHyperparams(*(np.asarray(x, np.float32) for x in (eps, dl, et, tr, rho)))
+    coord = np.full(eps.shape, np.nan) if sparsity is None else np.vectorize(
+        lambda e, d_: peeling_epsilon_coord(e, d_, sparsity, num_iterations),
+        otypes=[np.float64])(eps, dl)
+    return GLMHyperparams(*(np.asarray(x, np.float32) for x in (eps, dl, et, tr, rho, coord)))
+
+
+def peeling_epsilon_coord(epsilon: float, delta: float, s: int, num_iterations: int) -> float:
+    """Algorithm 5's ``epsilon_coord`` under calibration ``"pld"``: the largest per-coordinate
+    epsilon ``Delta_inf / b`` whose ``T`` NoisyHT steps of ``s`` coordinates (``s T`` rounds of
+    ``2 epsilon_coord``-DP, ``s T`` Laplace coordinates) compose by PLD to at most
+    ``(epsilon, delta)`` (:func:`dpjax._pld.peeling_ratio`, 0.999 of it), rounded down to
+    float32; ``inf`` at epsilon = inf. Needs dp_accounting (the ``[pld]`` extra)."""
+    _validate.check_int_in_range(s, "s", 1)
+    _validate.check_int_in_range(num_iterations, "num_iterations", 1)
+    if not math.isfinite(float(epsilon)):
+        return math.inf
+    if not _pld.available():
+        raise ValueError("calibration='pld' needs dp_accounting (pip install dpjax[pld]); "
+                         "use calibration='tight'")
+    r = np.float32(_pld.peeling_ratio(int(s), int(num_iterations), float(epsilon),
+                                      float(delta)))
+    return float(np.nextafter(r, np.float32(0)))  # float32, never above the solved ratio
 
 
 # --------------------------------------------------------------------------------------------
@@ -344,7 +387,10 @@ def _iht_plan(model: GLM, n: int, d: int, s: int, eps: float, delta: float, R: f
     # (spec 003 §3.3: sum_i ||w_i||_inf^2 + ||w~_S||^2), contracted as in Algorithm 1
     Ts = np.unique(np.round(np.geomspace(1, T_max, 200)).astype(np.int64))
     dinf = b * float(model.residual_bound(R)) * float(model.sigma_x) / n
-    lam = inv_L * dinf * np.asarray(peeling_multiplier(s, eps / Ts, delta / Ts, calibration))
+    # "pld" (solved per run on the host) draws less than the per-step bound: the plan models
+    # it by "tight", conservatively
+    rule = "tight" if calibration == "pld" else calibration
+    lam = inv_L * dinf * np.asarray(peeling_multiplier(s, eps / Ts, delta / Ts, rule))
     per_step = s * lam**2 * (math.log(d) ** 2 + 2.0)
     err = r0sq * (1.0 - a) ** (2 * Ts) + per_step * _noise_sum(a, Ts.astype(np.float64))
     i = int(np.argmin(err))
@@ -460,7 +506,8 @@ def _make_noisy_gd_step(model: GLM, T: int | None, calibration: Calibration, mar
 def _make_noisy_iht_step(model: GLM, T: int | None, s: int, margin: float, split: bool,
                          calibration: str = "paper"):
     """Algorithm 5's step; ``T = None``: the padded form's, with ``T`` and ``n`` from the
-    runtime ``sizes`` (:class:`dpjax.base.Padded`)."""
+    runtime ``sizes`` (:class:`dpjax.base.Padded`). Under ``"pld"`` every step's peeling noise
+    is set by ``hp.epsilon_coord`` (the per-coordinate epsilon solved on the host)."""
     def step(key, state: GLMState, data, hp: GLMHyperparams, sizes=None):
         beta = state.beta
         # beta has at most s non-zeros (beta0 is checked, then peeling keeps s): the
@@ -476,7 +523,12 @@ def _make_noisy_iht_step(model: GLM, T: int | None, s: int, margin: float, split
         # l-infinity sensitivity eta * B / n (declared; the true one rides along in the event)
         stat = with_sensitivity_margin(grad, margin).scale(-hp.eta).shift(beta)
         k = T_run if split else 1
-        peeled = noisy_hard_threshold(key, stat, s, hp.epsilon / k, hp.delta / k, calibration)
+        if calibration == "pld":  # unsolved (NaN): the per-step bound's; inf at epsilon = inf
+            coord = peeling_coordinate_epsilon(hp.epsilon_coord, s, hp.epsilon / k, hp.delta / k)
+            peeled = noisy_hard_threshold(key, stat, s, coord, hp.delta / k, "per-coordinate")
+        else:
+            peeled = noisy_hard_threshold(key, stat, s, hp.epsilon / k, hp.delta / k,
+                                          calibration)
         ev = peeled.event
         return GLMState(peeled.value), GLMInfo(ev.scale.astype(beta.dtype), peeled.support,
                                                (ev,))
@@ -570,7 +622,7 @@ def _padded_noisy_gd(model: GLM, calibration: Calibration, b: float) -> Padded |
 
 def noisy_iht(
     model: GLM, s: int, num_iterations: int, b_constant: float = B_CONSTANT,
-    split_budget: bool = True, calibration: str = "tight",
+    split_budget: bool = True, calibration: str = "pld",
 ) -> Estimator:
     """Algorithm 5: noisy iterative hard thresholding with peeling (spec 003 §2.5).
 
@@ -584,14 +636,21 @@ def noisy_iht(
         b_constant: as in :func:`noisy_gd`.
         split_budget: ``True`` (the paper's Algorithm 5: each step at ``(eps/T, delta/T)``);
             ``False`` -- every step at ``(eps, delta)``: **not (eps, delta)-DP**, for the
-            figure-reproduction comparison only (its ledger says what it delivers).
-        calibration: the peeling scale: ``"tight"`` (default; the least the ledger proves at
-            ``(eps/T, delta/T)``: the run spends the whole budget) or ``"paper"`` (the printed
-            formula); see :func:`dpjax.mechanisms.peeling_multiplier`.
+            figure-reproduction comparison only (its ledger says what it delivers; with
+            ``"tight"`` or ``"paper"`` only).
+        calibration: the peeling scale: ``"pld"`` (default; the least whose ``T`` steps
+            compose by PLD to the request, from ``hparams.epsilon_coord``, which
+            :func:`default_hparams` solves with ``sparsity=s``; the ledger composes by PLD),
+            ``"tight"`` (the least the per-step bound proves at ``(eps/T, delta/T)``: basic
+            composition spends the whole budget) or ``"paper"`` (the printed formula); see
+            :func:`dpjax.mechanisms.peeling_multiplier`.
     """
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     _validate.check_int_in_range(s, "s", 1)
     _validate.check_choice(calibration, "calibration", SPARSE_CALIBRATIONS)
+    if calibration == "pld" and not split_budget:
+        raise ValueError("split_budget=False (the figure reproduction) takes calibration "
+                         "'tight' or 'paper'; 'pld' calibrates the whole run")
     return _build_noisy_iht(model, int(s), int(num_iterations), _check_b_constant(b_constant),
                             bool(split_budget), calibration)
 
@@ -600,11 +659,12 @@ def noisy_iht(
 def _build_noisy_iht(model: GLM, s: int, T: int, b: float, split: bool,
                      calibration: str = "paper") -> Estimator:
     name = f"alg5-noisy-iht{'' if split else '[unsplit]'}/{model.name}"
+    check = functools.partial(_check, model, b, 1)
     return Estimator(
         name, functools.partial(_sparse_init, s),
         _make_noisy_iht_step(model, T, s, b / 2.0, split, calibration), T, "full",
         functools.partial(_ledger_alg5, name, model, T, s, b, split, calibration),
-        functools.partial(_check, model, b, 1),
+        check,
         _padded_noisy_iht(model, s, b, split, calibration),
     )
 
@@ -666,7 +726,7 @@ def _build_twin(model: GLM, s: int | None, T: int) -> Estimator:
 # --------------------------------------------------------------------------------------------
 
 
-def _scalars(hp: GLMHyperparams) -> tuple[float, float, float, float, float]:
+def _scalars(hp: GLMHyperparams) -> tuple[float, ...]:
     return tuple(float(np.asarray(v)) for v in hp)  # type: ignore[return-value]
 
 
@@ -719,7 +779,7 @@ def _ledger_alg1(
     hparams: GLMHyperparams, events: tuple[PrivacyEvent],
 ) -> Ledger:
     """The ledger of one run, composed from its events (one Gaussian release per step)."""
-    eps, delta, eta, R, _ = _scalars(hparams)
+    eps, delta, eta, R = _scalars(hparams)[:4]
     release = Release.from_event(
         events[0],
         "beta^t - eta*(1/n) sum_i (psi'(x~_i'beta^t) - Pi_R(y_i)) x~_i; declared l2 sensitivity "
@@ -748,7 +808,7 @@ def _ledger_alg5(
     hparams: GLMHyperparams, events: tuple[PrivacyEvent],
 ) -> Ledger:
     """The ledger of one run, composed from its events (one NoisyHT release per step)."""
-    eps, delta, eta, R, _ = _scalars(hparams)
+    eps, delta, eta, R = _scalars(hparams)[:4]
     release = Release.from_event(
         events[0], "NoisyHT(beta^t - eta*g(beta^t), s) (peeling); declared linf sensitivity "
         "eta*B/n (true bound: eta*2*(R + c1)*sigma_x/n)", f"full data ({n} records)")
@@ -758,8 +818,25 @@ def _ledger_alg5(
                      "ledger's bound proves at (eps/T, delta/T)")
     variant = "corrected" if split else (
         "figure reproduction: budget not split over iterations -- NOT (eps, delta)-DP")
+    if calibration == "pld":
+        notes.append("PLD peeling calibration: one Laplace scale for every step, the least "
+                     f"whose {T} steps ({s * T} report-noisy-max rounds, {s * T} Laplace "
+                     "coordinates) compose by PLD to the request (the papers' (eps/T, "
+                     "delta/T) per step with basic composition is calibration='paper')")
+        if math.isfinite(eps) and np.isnan(np.asarray(hparams.epsilon_coord)).any():
+            notes.append(UNSOLVED_NOTE.format(arg="sparsity=s"))
+        return _short_of_request(Ledger.build(name, [release], "pld", variant=variant,
+                                              requested=ApproxDP(eps, delta), delta=delta,
+                                              notes=notes))
     return _short_of_request(Ledger.build(name, [release], "basic", variant=variant,
                                           requested=ApproxDP(eps, delta), notes=notes))
+
+
+#: the note of a "pld" peeling ledger whose epsilon_coord was left unsolved
+UNSOLVED_NOTE = ("epsilon_coord not solved (NaN in the hyperparameters): each release's "
+                 "peeling at the per-release bound's ('tight') scale instead, which the PLD "
+                 "composition reads as less than the request (solve it with "
+                 "default_hparams(..., {arg}))")
 
 
 def _ledger_non_private(name: str, T: int, what: str, n: int, hparams: GLMHyperparams,
@@ -911,36 +988,42 @@ def fit_sparse_dp_glm(
     beta0: Any = None,
     b_constant: float = B_CONSTANT, on_invalid: str = "raise", secure: bool = False,
     accountant: Any = None,
-    calibration: str = "tight",
+    calibration: str = "pld",
 ) -> FitResult:
     """Fit Algorithm 5 (sparse DP GLM by noisy IHT with peeling) to one data set.
 
     Arguments as :func:`fit_dp_glm`, plus ``s`` (the sparsity of every iterate, ``1 <= s <= d``;
     the paper's simulations use twice the true sparsity), with the peeling calibrations
-    ``"tight"`` (default) and ``"paper"`` (:func:`noisy_iht`). ``beta0`` must have at most ``s``
-    non-zeros. x is clipped to the box ``[-sigma_x, sigma_x]^d``. The result is
-    (epsilon, delta)-DP (replace-one) by basic composition of ``T`` NoisyHT steps at
-    ``(epsilon/T, delta/T)``: the default (``"tight"``, ``b_constant = 2``) delivers the
-    requested epsilon (to 1e-5), the paper's ``calibration="paper", b_constant=4`` about 0.24 of
-    it (``T = 2``, ``s = 2``, ``n = 200``, epsilon = 1). ``secure=True`` releases each step by
-    exact peeling (public grid, exact permute-and-flip selection, discrete Laplace values; the
-    same composition, see :func:`dpjax.mechanisms.noisy_hard_threshold`).
+    ``"pld"`` (default), ``"tight"`` and ``"paper"`` (:func:`noisy_iht`). ``beta0`` must have
+    at most ``s`` non-zeros. x is clipped to the box ``[-sigma_x, sigma_x]^d``. The result is
+    (epsilon, delta)-DP (replace-one): by default (``"pld"``, ``b_constant = 2``) the ``T``
+    NoisyHT steps compose by privacy loss distributions to the requested epsilon (0.999 of it,
+    never above); ``"tight"`` spends it by basic composition of steps at ``(epsilon/T,
+    delta/T)`` (its own ledger's rule), the paper's ``calibration="paper", b_constant=4``
+    about 0.24 of it (``T = 2``, ``s = 2``, ``n = 200``, epsilon = 1). ``secure=True``
+    releases each step by exact peeling (public grid, exact permute-and-flip selection,
+    discrete Laplace values; the same composition, see
+    :func:`dpjax.mechanisms.noisy_hard_threshold`).
 
     Default schedule (``num_iterations=None, eta=None``; :func:`default_schedule`): the step
     ``1/L`` with ``L = c2 sigma_x^2 min(d, 2s)`` the public smoothness bound over the
-    ``2s``-sparse directions consecutive iterates differ in, and, since each step peels at
-    ``(epsilon/T, delta/T)`` (noise growing with ``T``), the ``T`` that minimises the planned
-    optimisation-plus-noise error, at most the noise-free ``T = ceil((L/alpha_0) log(9 n))``
-    (Theorem 3's ``log n`` rule) that ``epsilon = inf`` uses. ``T`` then depends on the level:
-    a new level may compile a new program (pass ``num_iterations`` to share one; alone it
-    keeps the paper's ``eta = 1``).
+    ``2s``-sparse directions consecutive iterates differ in, and, since the noise grows with
+    ``T``, the ``T`` that minimises the planned optimisation-plus-noise error, at most the
+    noise-free ``T = ceil((L/alpha_0) log(9 n))`` (Theorem 3's ``log n`` rule) that
+    ``epsilon = inf`` uses. The plan models each step's noise by the per-step bound at
+    ``(epsilon/T, delta/T)`` (``"tight"``); the default ``"pld"`` draws less, so the plan is
+    conservative. ``T`` then depends on the level: a new level may compile a new program (pass
+    ``num_iterations`` to share one; alone it keeps the paper's ``eta = 1``).
     """
     _validate.check_choice(calibration, "calibration", SPARSE_CALIBRATIONS)
+    if calibration == "pld" and not _pld.available():
+        calibration = "tight"  # no dp_accounting (the [pld] extra): the per-step bound's
     key, data, n, T, eps, delta, eta, R, beta0, b, s = _prepare(
         key, data, model, epsilon, num_iterations, s=s, delta=delta, eta=eta,
         truncation=truncation, beta0=beta0, b_constant=b_constant, on_invalid=on_invalid,
         calibration=calibration)
-    hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration="paper")
+    hp = default_hparams(n, eps, T, delta=delta, eta=eta, truncation=R, calibration="paper",
+                         sparsity=s if calibration == "pld" else None)
     return fit(noisy_iht(model, s, T, b, calibration=calibration), key, data, beta0, hp, n=n,
                secure=secure, accountant=accountant)
 
@@ -959,10 +1042,13 @@ def _example(model: GLM, n: int = 400, d: int = 8, s: int = 2, T: int = 5) -> re
 
     def hp(eps):
         # rho sets the noise of the default ("gaussian") calibration: mu*^2 / 2 with mu* the
-        # exact curve's (the analytic Gaussian's, traceable: the suite vmaps over levels)
+        # exact curve's (the analytic Gaussian's, traceable: the suite vmaps over levels);
+        # epsilon_coord that of Algorithm 5's default ("pld", solved on the host per level)
+        coord = host_solved(lambda e: peeling_epsilon_coord(e, delta, s, T), eps)
         eps = jnp.float32(eps)
         rho = 0.5 * _analytic_mu_jnp(eps, jnp.float32(delta)) ** 2
-        return GLMHyperparams(eps, jnp.float32(delta), jnp.float32(1.0), jnp.float32(1.0), rho)
+        return GLMHyperparams(eps, jnp.float32(delta), jnp.float32(1.0), jnp.float32(1.0), rho,
+                              coord)
 
     return registry.Example(data, jnp.zeros(d), hp)
 

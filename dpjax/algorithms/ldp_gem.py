@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate, registry
-from dpjax.accounting import ApproxDP, Ledger, Release
+from dpjax.accounting import ApproxDP, Ledger, Release, parallel_pld
 from dpjax.algorithms._gem_core import (
     GEMInfo,
     _checked,
@@ -37,6 +37,7 @@ from dpjax.mechanisms import (
     gaussian_mechanism_zcdp,
     local_mechanism,
 )
+from dpjax.mechanisms.calibration import gaussian_multiplier_analytic
 from dpjax.models.protocol import EMModel
 from dpjax.robust_mean import local_scores
 
@@ -53,6 +54,22 @@ __all__ = [
 
 LDPSRule = Literal["ldp", "explicit"]
 LDP_S_RULES: tuple[str, ...] = ("ldp", "explicit")
+#: how each user's zCDP budget ``rho`` is set from (epsilon, delta): ``"gaussian"`` (default) --
+#: ``rho = mu^2 / 2`` with ``mu`` the analytic Gaussian mechanism's of (epsilon, delta) (Balle &
+#: Wang 2018): the user's one Gaussian report is then exactly (epsilon, delta)-LDP by its PLD
+#: (the exact Gaussian curve), which the ledger reads; ``"paper"`` -- ``rho = eps~^2``, Algorithm
+#: 2's accounting (Bun-Steinke), which the exact curve reads back as only part of the request
+LDP_CALIBRATIONS: tuple[str, ...] = ("gaussian", "paper")
+
+
+def user_rho(epsilon: Any, delta: Any, calibration: str) -> Any:
+    """Each user's zCDP budget under ``calibration`` (:data:`LDP_CALIBRATIONS`); inf at
+    epsilon = inf (traceable)."""
+    if calibration == "paper":
+        return jnp.square(eps_tilde(epsilon, delta))
+    m = gaussian_multiplier_analytic(epsilon, delta)  # 1 / mu (0 at epsilon = inf)
+    with np.errstate(divide="ignore"):
+        return 0.5 / (m * m)
 
 
 class LDPGEMHyperparams(NamedTuple):
@@ -143,7 +160,7 @@ def _user_group(data: Any, t: jax.Array, num_iterations: int, n: int):
 
 
 def _make_ldp_step(model: EMModel, num_iterations: int | None, s_rule: LDPSRule,
-                   batching: str):
+                   batching: str, calibration: str = "gaussian"):
     """The step; ``num_iterations=None``: the padded form's (disjoint groups only,
     :func:`_padded_ldp`), the group's size from the runtime ``sizes`` and its padded rows'
     gradients zero (their reports are dropped)."""
@@ -162,8 +179,8 @@ def _make_ldp_step(model: EMModel, num_iterations: int | None, s_rule: LDPSRule,
             batch, valid, size = _user_group(data, state.t, num_iterations, n)
             m = n // num_iterations
         s, beta_s = ldp_smoothing_parameters(s_rule, m, d, hp)
-        # each user releases once: the whole per-user budget rho = eps~^2 on this one report
-        rho = jnp.square(eps_tilde(hp.epsilon, hp.delta))
+        # each user releases once: the whole per-user budget on this one report
+        rho = user_rho(hp.epsilon, hp.delta, calibration)
         scores = (local_gradient_scores(model, beta, batch, s, beta_s) if sizes is None else
                   local_scores(model.per_sample_gradients(beta, batch, mask=valid), s, beta_s))
         reports, ev = local_mechanism(key, scores, gaussian_mechanism_zcdp, rho)
@@ -183,7 +200,8 @@ def _ldp_init(beta0: Any) -> LDPGEMState:
 
 @functools.lru_cache(maxsize=512)
 def ldp_gem(model: EMModel, num_iterations: int, s_rule: LDPSRule = "ldp",
-            batching: Literal["full", "disjoint"] = "full") -> Estimator:
+            batching: Literal["full", "disjoint"] = "full",
+            calibration: str = "gaussian") -> Estimator:
     r"""Local-DP gradient EM (**ours**: beyond the paper, whose local-DP result, App F, covers
     the 1-D mean only; an extension of ours).
 
@@ -199,22 +217,28 @@ def ldp_gem(model: EMModel, num_iterations: int, s_rule: LDPSRule = "ldp",
         r_i = \big(\psi_{s,\beta_s}(\nabla_j q_i(\beta^{t-1};\beta^{t-1}))\big)_{j \le d}
               + N(0, \sigma_{loc}^2 I_d), \qquad
         \sigma_{loc} = \frac{\sqrt d\,(4\sqrt2/3)\, s}{\sqrt{2\rho}}, \quad
-        \rho = \tilde\varepsilon^2,
+        \rho = \mu^2/2,
 
     and the server steps :math:`\beta^t = \beta^{t-1} + \eta\, \frac{1}{|G_t|}\sum_{i\in G_t}
     r_i` (``|G_t|`` public). ``s`` from :func:`ldp_smoothing_parameters` with ``m =
     floor(n/T)`` (the same ``s`` in every round), ``beta_s = sqrt(log(d/zeta))``.
 
+    with ``mu`` the analytic Gaussian mechanism's of (epsilon, delta) (``calibration=
+    "gaussian"``, the default; ``"paper"``: ``rho = eps~^2``, Algorithm 2's paper accounting).
+
     Privacy (local relation: one user's record replaced by any other): each report is a
     Gaussian mechanism on a vector whose l2 range is ``sqrt(d) (4 sqrt2/3) s`` for every record
-    (``psi`` is clamped), calibrated for ``rho = eps~^2``-zCDP, which the Bun-Steinke conversion
-    turns into exactly ``(epsilon, delta)``; each user releases once and the iterate it sees is
-    post-processing of the other groups' reports, so every user's guarantee is
-    ``(epsilon, delta)``-LDP (sequentially interactive), with no composition across users or
-    rounds. The zCDP calibration is valid for every ``epsilon > 0`` (unlike the classic one of
-    the paper's Thm 8, proven for ``epsilon <= 1``), and matches Algorithm 2's accounting, so the
-    two compare at the same ``(epsilon, delta)``. ``epsilon = inf``: no noise and (with
-    ``s_rule="ldp"``) ``s = inf``, i.e. non-private minibatch gradient EM on the same groups.
+    (``psi`` is clamped), with ``mu = Delta / sigma`` the analytic Gaussian mechanism's, so its
+    privacy loss distribution (the exact Gaussian curve) gives exactly ``(epsilon, delta)``
+    (``"paper"``: ``rho = eps~^2``-zCDP, which the Bun-Steinke conversion turns into
+    ``(epsilon, delta)`` and the exact curve into less); each user releases once and the
+    iterate it sees is post-processing of the other groups' reports, so every user's
+    guarantee is ``(epsilon, delta)``-LDP (sequentially interactive), with no composition
+    across users or rounds. Both calibrations are valid for every ``epsilon > 0`` (unlike the
+    classic one of the paper's Thm 8, proven for ``epsilon <= 1``), and each matches Algorithm
+    2's under the same name, so the two compare at the same ``(epsilon, delta)``. ``s`` keeps
+    its rule (``eps~``) under both. ``epsilon = inf``: no noise and (with ``s_rule="ldp"``)
+    ``s = inf``, i.e. non-private minibatch gradient EM on the same groups.
 
     Args:
         model: a model with ``per_sample_gradients`` (hashable, bound statically).
@@ -225,21 +249,25 @@ def ldp_gem(model: EMModel, num_iterations: int, s_rule: LDPSRule = "ldp",
             ``"disjoint"``: step ``t`` receives its group as the batch
             (:func:`dpjax.base.split_batches`, which keeps ``T floor(n/T)`` users, or a streamed
             ``batch(t)``, as in the sweep engine); equal groups, ``s`` from the batch size.
+        calibration: ``"gaussian"`` (default) or ``"paper"`` (:data:`LDP_CALIBRATIONS`).
     """
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     if s_rule not in LDP_S_RULES:
         raise ValueError(f"s_rule must be one of {LDP_S_RULES}; got {s_rule!r}")
     if batching not in ("full", "disjoint"):
         raise ValueError(f"batching must be 'full' or 'disjoint'; got {batching!r}")
+    _validate.check_choice(calibration, "calibration", LDP_CALIBRATIONS)
     name = f"ldp-gem/{model.name}"
-    ledger_fn = functools.partial(_ldp_ledger, name, model, num_iterations, s_rule)
-    return Estimator(name, _ldp_init, _make_ldp_step(model, num_iterations, s_rule, batching),
+    ledger_fn = functools.partial(_ldp_ledger, name, model, num_iterations, s_rule, calibration)
+    return Estimator(name, _ldp_init,
+                     _make_ldp_step(model, num_iterations, s_rule, batching, calibration),
                      num_iterations, batching, ledger_fn,
-                     padded=_padded_ldp(model, s_rule) if batching == "disjoint" else None)
+                     padded=(_padded_ldp(model, s_rule, calibration) if batching == "disjoint"
+                             else None))
 
 
 @functools.lru_cache(maxsize=256)
-def _padded_ldp(model: EMModel, s_rule: LDPSRule) -> Padded | None:
+def _padded_ldp(model: EMModel, s_rule: LDPSRule, calibration: str) -> Padded | None:
     """The disjoint-group estimator with the group size and ``T`` as runtime values (one
     program for every ``n`` and ``T``): the step reads neither but through its group's size
     (``s`` and the average); the padded rows are no users (masked gradients, reports
@@ -247,15 +275,16 @@ def _padded_ldp(model: EMModel, s_rule: LDPSRule) -> Padded | None:
     partitionable threefry: a prefix of a longer split)."""
     if not getattr(model, "supports_mask", False) or not jax.config.jax_threefry_partitionable:
         return None
-    return Padded(f"ldp-gem/{model.name}[{s_rule}]", _ldp_init,
-                  _make_ldp_step(model, None, s_rule, "disjoint"), "disjoint")
+    return Padded(f"ldp-gem/{model.name}[{s_rule},{calibration}]", _ldp_init,
+                  _make_ldp_step(model, None, s_rule, "disjoint", calibration), "disjoint")
 
 
-def _ldp_ledger(name: str, model: EMModel, num_iterations: int, s_rule: str, n: int, hparams: Any,
-                events: tuple[PrivacyEvent, ...]) -> Ledger:
+def _ldp_ledger(name: str, model: EMModel, num_iterations: int, s_rule: str, calibration: str,
+                n: int, hparams: Any, events: tuple[PrivacyEvent, ...]) -> Ledger:
     """Each user's guarantee: the one report of that user (the ``T`` stacked events are the
     ``T`` groups' reports, one event per round standing for every user of its group), composed
-    in parallel (disjoint users) and converted from zCDP by Bun-Steinke."""
+    in parallel (disjoint users): ``"gaussian"`` each report by its PLD (the exact Gaussian
+    curve), ``"paper"`` in zCDP converted by Bun-Steinke."""
     (ev,) = events
     eps = float(np.asarray(hparams.epsilon))
     delta = float(np.asarray(hparams.delta))
@@ -273,7 +302,15 @@ def _ldp_ledger(name: str, model: EMModel, num_iterations: int, s_rule: str, n: 
         f"{float(np.asarray(hparams.zeta)):g}",
     ]
     notes.extend(model.gradient_notes)
-    return Ledger.build(name, [Release.from_event(ev, statistic, data)], "parallel",
+    release = Release.from_event(ev, statistic, data)
+    if calibration != "paper":
+        notes.append("calibration 'gaussian': each user's rho = mu^2/2, mu the analytic Gaussian "
+                     "mechanism's of (epsilon, delta) (the paper accounting's rho = eps~^2 is "
+                     "calibration='paper')")
+        return parallel_pld(name, release, requested=ApproxDP(eps, delta), delta=delta,
+                            relation="local", notes=notes,
+                            what=f"{num_iterations} disjoint user groups (one report per user)")
+    return Ledger.build(name, [release], "parallel",
                         variant="corrected", relation="local",
                         requested=ApproxDP(eps, delta), delta=delta,
                         conversion="bun-steinke", notes=notes)
@@ -284,7 +321,7 @@ def fit_ldp_gem(
     key: Any, data: Any, model: EMModel, *, epsilon: Any, delta: Any = None,
     num_iterations: int, beta0: Any, tau: Any, eta: Any = 1.0, zeta: Any = 0.05,
     s_rule: LDPSRule = "ldp", s: Any = None, on_invalid: str = "raise", secure: bool = False,
-    accountant: Any = None,
+    accountant: Any = None, calibration: str | None = None,
 ) -> FitResult:
     """Fit the local-DP gradient EM (:func:`ldp_gem`; ours, not in the paper) to one data set
     of ``n`` users, one record each.
@@ -293,7 +330,9 @@ def fit_ldp_gem(
     budget (every user releases once; ``delta`` defaults to ``1/(2n)``, ``n`` the users);
     ``num_iterations`` ``T`` is also the number of user groups (needs ``n >= T``; the remainder
     ``n mod T`` joins the last group); ``s_rule`` is ``"ldp"`` (default,
-    :func:`ldp_smoothing_parameters`) or ``"explicit"``.
+    :func:`ldp_smoothing_parameters`) or ``"explicit"``; ``calibration`` is ``"gaussian"``
+    (default, ``None``: each report is the analytic Gaussian mechanism of the request, its PLD
+    delivers it) or ``"paper"`` (``rho = eps~^2``; :data:`LDP_CALIBRATIONS`).
 
     Returns:
         :class:`~dpjax.base.FitResult`; its ledger (relation ``"local"``) delivers exactly
@@ -307,7 +346,9 @@ def fit_ldp_gem(
     # public values only: the largest group's sum of reports must not overflow
     fields = _robust_fields(eps, tau, zeta, "explicit" if s_rule == "explicit" else
                             "sigma_consistent", s, max(groups), local=True)
-    est = ldp_gem(model, num_iterations, s_rule)
+    cal = "gaussian" if calibration is None else calibration
+    _validate.check_choice(cal, "calibration", LDP_CALIBRATIONS)
+    est = ldp_gem(model, num_iterations, s_rule, calibration=cal)
     return fit(est, key, data, beta0, LDPGEMHyperparams(*_f32(eps, dl, eta), *fields), n=n,
                secure=secure, accountant=accountant)
 

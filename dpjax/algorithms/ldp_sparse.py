@@ -13,9 +13,11 @@ Estimators (:class:`dpjax.base.Estimator`, registered in :mod:`dpjax.registry`):
 * :func:`nldp` -- **Algorithm 1**, (eps, delta)-NLDP (spec §2.1). User ``i`` releases
   ``x~_i x~_i^T + N_1i`` (``x~ = clip_l2(x, r)``, ``N_1`` symmetric Gaussian) and
   ``x_bar_i y_bar_i + N_2i`` (coordinate shrinkage at ``tau1``, ``tau2``), each at budget
-  ``(eps/2, delta/2)``; the server outputs ``S_lambda(Sigma_hat^{-1} Sigma_hat_xy)``. The
-  noise is calibrated on the exact Gaussian curve by default (``calibration="analytic"``: the
-  request delivered at every epsilon); the paper's per-user entry variances
+  ``(eps/2, delta/2)``; the server outputs ``S_lambda(Sigma_hat^{-1} Sigma_hat_xy)``. By
+  default (``calibration="pld"``) the two reports together are the analytic Gaussian
+  mechanism of ``(eps, delta)`` (each at ``mu*/sqrt(2)``; their PLD, the exact Gaussian curve,
+  delivers the request at every epsilon); ``calibration="analytic"`` calibrates each on the
+  exact curve at ``(eps/2, delta/2)`` (basic composition); the paper's per-user entry variances
   (``calibration="classic-or-analytic"``, ``cov_range="paper"``, ``eps/2 <= 1``):
   ``32 r^4 log(2.5/delta)/eps^2`` and ``32 d tau1^2 tau2^2 log(2.5/delta)/eps^2``. Two
   equal-law simulation paths: exact per-user noise (``per_user=True``) or one aggregate draw
@@ -47,6 +49,7 @@ Constants (spec §2.1, §2.5: all ``O(.)`` constants are unspecified) are explic
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any, Literal, NamedTuple
@@ -80,8 +83,10 @@ from dpjax.mechanisms import (
     GAUSSIAN_CALIBRATIONS,
     BoundedStatistic,
     PrivacyEvent,
+    _analytic_mu_jnp,
     clip_l2,
     clip_linf,
+    gaussian_multiplier_analytic,
     local_mechanism,
     secure_active,
 )
@@ -95,6 +100,7 @@ __all__ = [
     "NLDPHyperparams",
     "NLDPInfo",
     "NLDPState",
+    "NLDP_CALIBRATIONS",
     "PublicHyperparams",
     "closed_form",
     "cov_range",
@@ -108,6 +114,7 @@ __all__ = [
     "nldp_feasibility",
     "nldp_noise_stds",
     "nldp_public",
+    "nldp_release_budget",
     "ols",
     "plain_iht",
     "project_l2",
@@ -226,19 +233,41 @@ def cross_range(d: int, tau1: Any, tau2: Any) -> Any:
     return 2.0 * math.sqrt(d) * tau1 * tau2
 
 
+#: calibrations of NLDP's two reports: ``"pld"`` (default) -- the two compose by PLD to the
+#: analytic Gaussian mechanism of (epsilon, delta), each at ``mu* / sqrt(2)``; or one of
+#: :data:`~dpjax.mechanisms.GAUSSIAN_CALIBRATIONS` for each report at ``(eps/2, delta/2)``
+NLDP_CALIBRATIONS: tuple[str, ...] = ("pld", "analytic", "classic-or-analytic", "classic")
+
+
+def nldp_release_budget(epsilon: Any, delta: Any, calibration: str) -> tuple[Any, Any, str]:
+    """``(budget, delta, calibration)`` of each of NLDP's two reports: ``"pld"`` -- ``mu* /
+    sqrt(2)`` with ``mu*`` the analytic Gaussian mechanism's of ``(epsilon, delta)``
+    (calibration ``"mu"``): the two Gaussians compose to exactly that one (their ``mu^2``
+    add), so each user's PLD is ``(epsilon, delta)``; otherwise ``(epsilon/2, delta/2)`` with
+    ``calibration`` (basic composition). Host numbers or traced arrays."""
+    if calibration != "pld":
+        return epsilon / 2, delta / 2, calibration
+    if isinstance(epsilon, jax.Array) or isinstance(delta, jax.Array):
+        mu = _analytic_mu_jnp(epsilon, delta)
+    else:
+        mu = 1.0 / gaussian_multiplier_analytic(np.float64(epsilon), np.float64(delta))
+    return mu / math.sqrt(2.0), delta / 2, "mu"
+
+
 def nldp_noise_stds(d: int, r: float, tau1: float, tau2: float, epsilon: float, delta: float,
                     cov: Literal["paper", "exact"] = "paper",
-                    calibration: str = "analytic") -> tuple[float, float]:
+                    calibration: str = "pld") -> tuple[float, float]:
     """Each user's noise std ``(sigma_1, sigma_2)`` (covariance entry, cross-term entry) of
     :func:`nldp`, at budget ``(eps/2, delta/2)`` per release. With the paper's range and the
     classic calibration (``calibration="classic-or-analytic"``, ``eps/2 <= 1``),
     ``sigma_1^2 = 32 r^4 log(2.5/delta)/eps^2`` and ``sigma_2^2 = 32 d tau1^2 tau2^2
-    log(2.5/delta)/eps^2``; the default ``"analytic"`` is :func:`nldp`'s default (the exact
-    Gaussian curve, smaller at every epsilon). Public quantities only (for choosing lambda)."""
-    s1 = symmetric_gaussian_sigma(cov_range(r, cov), epsilon / 2, delta / 2,
-                                  calibration=calibration)
-    s2 = local_gaussian_sigma(cross_range(d, tau1, tau2), epsilon / 2, delta / 2,
-                              calibration=calibration)
+    log(2.5/delta)/eps^2``; ``"analytic"`` each on the exact Gaussian curve at ``(eps/2,
+    delta/2)``; the default ``"pld"`` is :func:`nldp`'s default (the two together the analytic
+    Gaussian of ``(eps, delta)``, smaller still). Public quantities only (for choosing
+    lambda)."""
+    budget, dl, cal = nldp_release_budget(epsilon, delta, calibration)
+    s1 = symmetric_gaussian_sigma(cov_range(r, cov), budget, dl, calibration=cal)
+    s2 = local_gaussian_sigma(cross_range(d, tau1, tau2), budget, dl, calibration=cal)
     return float(s1), float(s2)
 
 
@@ -345,7 +374,7 @@ def _nldp_reports(key, x, y, hp, d, per_user, cov, calibration, count=None):
     m = x.shape[0] if count is None else count
     per_user = per_user or secure_active()  # exact reports are every user's own
     key_cov, key_xy = jax.random.split(key)
-    eps_half, delta_half = hp.epsilon / 2, hp.delta / 2
+    eps_half, delta_half, calibration = nldp_release_budget(hp.epsilon, hp.delta, calibration)
     x_clip = clip_l2(x, hp.r)  # ||x~|| <= r
     x_bar = clip_linf(x, hp.tau1)  # |x_bar_j| <= tau1
     y_bar = clip_linf(y, hp.tau2)  # |y_bar| <= tau2
@@ -370,7 +399,7 @@ def _nldp_reports(key, x, y, hp, d, per_user, cov, calibration, count=None):
     return rel_cov, rel_xy
 
 
-def _nldp_ledger(name: str, cov: str):
+def _nldp_ledger(name: str, cov: str, calibration: str = "analytic"):
     def ledger(n: int, hp: NLDPHyperparams, events) -> Ledger:
         ev_cov, ev_xy = events
         eps, delta = float(hp.epsilon), float(hp.delta)
@@ -379,6 +408,8 @@ def _nldp_ledger(name: str, cov: str):
             f"{'2 r^2' if cov == 'paper' else 'sqrt(2) r^2'})", "each user once, its own record")
         rel_xy = Release.from_event(ev_xy, "shrunk cross term x_bar y_bar (l2 range "
                                     "2 sqrt(d) tau1 tau2)", "each user once, its own record")
+        if calibration == "pld":
+            return _nldp_pld_ledger(name, cov, rel_cov, rel_xy, eps, delta)
         # each user makes the two releases of its chunk (basic composition); chunks hold
         # disjoint users, so the guarantee is the weakest chunk's (no composition across users)
         per_user = [compose_basic([a, b]) for a, b in zip(rel_cov.budgets(), rel_xy.budgets())]
@@ -396,10 +427,33 @@ def _nldp_ledger(name: str, cov: str):
     return ledger
 
 
+def _nldp_pld_ledger(name, cov, rel_cov, rel_xy, eps, delta) -> Ledger:
+    """Each user's two reports composed by PLD (two Gaussians: the Gaussian of ``mu =
+    sqrt(mu_cov^2 + mu_xy^2)``, its exact curve), each chunk alone, parallel across the
+    disjoint users: the worst chunk's guarantee."""
+    notes = ["local DP: each user's own guarantee (two Gaussian releases composed by PLD: "
+             "together the analytic Gaussian mechanism of the request, each at mu*/sqrt(2)); "
+             "users are disjoint, so nothing composes across users"]
+    if cov == "paper":
+        notes.append("covariance range 2 r^2 as in the paper (exact sup sqrt(2) r^2: "
+                     "over-noised by sqrt(2))")
+    worst = None
+    for pair in dict.fromkeys(zip(rel_cov.noise, rel_xy.noise)):  # each distinct user's pair
+        parts = [dataclasses.replace(r, noise=(row,), count=1)
+                 for r, row in zip((rel_cov, rel_xy), pair)]
+        led = Ledger.build(name, parts, "pld", relation="local",
+                           requested=ApproxDP(eps, delta), delta=delta, notes=notes)
+        if worst is None or led.approx_dp.epsilon > worst.approx_dp.epsilon:
+            worst = led
+    return dataclasses.replace(
+        worst, releases=(rel_cov, rel_xy),
+        composition=f"{worst.composition} per user (2 releases); parallel across disjoint users")
+
+
 @functools.cache
 def nldp(num_chunks: int = 1, *, per_user: bool = False,
          cov: Literal["paper", "exact"] = "paper",
-         calibration: str = "analytic") -> Estimator:
+         calibration: str = "pld") -> Estimator:
     """Algorithm 1 (spec §2.1) as an :class:`~dpjax.base.Estimator`.
 
     Args:
@@ -413,10 +467,12 @@ def nldp(num_chunks: int = 1, *, per_user: bool = False,
         cov: covariance range, ``"paper"`` (``2 r^2``, default) or ``"exact"``
             (``sqrt(2) r^2``).
         calibration: the Gaussian calibration of both releases, one of
-            :data:`~dpjax.mechanisms.GAUSSIAN_CALIBRATIONS`: ``"analytic"`` (default; the
-            exact Gaussian curve, so the ledger delivers the request at every epsilon) or the
-            paper's ``"classic-or-analytic"`` (classic where ``eps/2 <= 1``, delivering 0.35
-            to 0.66 of the request there) or ``"classic"`` (static).
+            :data:`NLDP_CALIBRATIONS`: ``"pld"`` (default; the two together the analytic
+            Gaussian mechanism of (eps, delta), so the ledger, composing each user's two
+            reports by PLD, delivers the request at every epsilon), ``"analytic"`` (each at
+            (eps/2, delta/2) on the exact Gaussian curve, basic composition: the previous
+            default), the paper's ``"classic-or-analytic"`` (classic where ``eps/2 <= 1``,
+            delivering 0.35 to 0.66 of the request there) or ``"classic"`` (static).
 
     Hyperparameters: :class:`NLDPHyperparams`. Data: ``(x (n, d), y (n,))``.
 
@@ -428,7 +484,7 @@ def nldp(num_chunks: int = 1, *, per_user: bool = False,
         raise ValueError(f"num_chunks must be an integer >= 1; got {num_chunks!r}")
     if cov not in ("paper", "exact"):
         raise ValueError(f"cov must be 'paper' or 'exact'; got {cov!r}")
-    _validate.check_choice(calibration, "calibration", GAUSSIAN_CALIBRATIONS)
+    _validate.check_choice(calibration, "calibration", NLDP_CALIBRATIONS)
     name = "ldp-nldp" + ("/per-user" if per_user else "") + ("/exact-range" if cov == "exact"
                                                                else "")
 
@@ -436,7 +492,7 @@ def nldp(num_chunks: int = 1, *, per_user: bool = False,
     step = _make_nldp_step(per_user, cov, calibration)
     padded = None if per_user else _padded_nldp(cov, calibration)
     return Estimator(name, init, step, num_steps=num_chunks, batching="disjoint",
-                     ledger=_nldp_ledger(name, cov),
+                     ledger=_nldp_ledger(name, cov, calibration),
                      check=functools.partial(_nldp_check, num_chunks, cov), padded=padded)
 
 
@@ -520,7 +576,7 @@ def _edge_quantile(d: int) -> float:
 
 def nldp_feasibility(n: int, d: int, r: float, epsilon: float, delta: float, *,
                      cov: Literal["paper", "exact"] = "paper",
-                     calibration: str = "analytic") -> tuple[bool, float]:
+                     calibration: str = "pld") -> tuple[bool, float]:
     r"""Whether Algorithm 1's noisy covariance can be positive definite, on public values.
 
     The server's covariance is ``C + N``: ``C = (1/n) sum x~_i x~_i^T`` (each ``||x~_i|| <=
@@ -573,15 +629,18 @@ def fit_nldp(
     num_chunks: int = 1,
     per_user: bool = False,
     cov: Literal["paper", "exact"] = "paper",
-    calibration: str = "analytic",
+    calibration: str = "pld",
     on_invalid: str = "raise",
     secure: bool = False, accountant: Any = None,
 ) -> FitResult:
     """Fit Algorithm 1 (NLDP, spec 001 §2.1) once to ``n`` users, one record each.
 
-    Calibration: each of the two Gaussian releases at ``(epsilon/2, delta/2)`` is calibrated
-    on the exact Gaussian curve (``calibration="analytic"``, default), so the ledger delivers
-    the request to within 1% at every epsilon. ``calibration="classic-or-analytic"`` is the
+    Calibration: by default (``calibration="pld"``) the two Gaussian releases together are the
+    analytic Gaussian mechanism of ``(epsilon, delta)`` (each at ``mu*/sqrt(2)``), and the
+    ledger, composing each user's two reports by PLD (the exact Gaussian curve), delivers the
+    request at every epsilon; ``calibration="analytic"`` calibrates each on the exact curve at
+    ``(epsilon/2, delta/2)`` (basic composition; 0.67 of the request by PLD at epsilon = 1).
+    ``calibration="classic-or-analytic"`` is the
     paper's (the classic formula where ``epsilon/2 <= 1``, analytic above): it delivers 0.59
     of epsilon = 1 and 0.35 of 0.1 (``docs/families/ldp_sparse.md``).
 
@@ -716,7 +775,8 @@ def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
         raise ValueError(f"release must be 'full' or 'alg1-copy'; got {release!r}")
     if batching not in ("full", "disjoint"):
         raise ValueError(f"batching must be 'full' or 'disjoint'; got {batching!r}")
-    _validate.check_choice(calibration, "calibration", GAUSSIAN_CALIBRATIONS)
+    _validate.check_choice(calibration, "calibration",
+                           tuple(c for c in GAUSSIAN_CALIBRATIONS if c != "mu"))
     name = "ldp-public" + ("/alg1-copy" if release == "alg1-copy" else "") + (
         "/per-user" if per_user else "")
     share = 1.0 if release == "full" else 0.5

@@ -185,7 +185,9 @@ def _ldp_gem_setups() -> dict[str, tuple]:
     """``ldp-gem/{gmm,mor,rmc}/one-user``: one user in one round, so the release is beta0 +
     eta * (the user's report). The canary's per-sample gradient is +10^6 in every coordinate
     but 0, its replacement's -10^6 (GMM and MoR: coordinate 0 at +1 steers the weight to +1
-    under beta0 = 0.5 e_0; RMC, fully observed: y = +-10^6 times x = 1)."""
+    under beta0 = 0.5 e_0; RMC, fully observed: y = +-10^6 times x = 1). At the paper
+    accounting's calibration (``rho = eps~^2``, by name), as the peeling cases use the paper's:
+    the rows of docs/audits.md were measured there."""
     from dpjax.algorithms import ldp_gem
     from dpjax.models import GaussianMixture, MixtureOfRegressions, RegressionMissingCovariates
     from dpjax.models.gmm import GMMData
@@ -207,7 +209,7 @@ def _ldp_gem_setups() -> dict[str, tuple]:
         return RMCData(*_f32(np.ones((1, dl)), np.ones((1, dl)), [rec]))
 
     return {f"ldp-gem/{model.name}/one-user": (
-        ldp_gem.ldp_gem(model, 1), hp, np.r_[0.5, np.zeros(dl - 1)],
+        ldp_gem.ldp_gem(model, 1, calibration="paper"), hp, np.r_[0.5, np.zeros(dl - 1)],
         functools.partial(one_user, model), rec_in, rec_out)
         for model, (rec_in, rec_out) in pairs.items()}
 
@@ -217,7 +219,9 @@ def _ldp_regression_setups() -> dict[str, tuple]:
     10^3 (both shrink to the corners: the cross term x_bar y_bar moves by its whole range, the
     outer product x~ x~^T not at all). ``ldp-nldp``'s state holds the two reports (the
     estimate solves with the noisy covariance); ``ldp-public`` with the public covariance I and
-    lambda = 0 releases the cross report as its estimate."""
+    lambda = 0 releases the cross report as its estimate. ``ldp-nldp`` at
+    ``calibration="analytic"`` by name (each report at ``(eps/2, delta/2)``), the default when
+    the rows of docs/audits.md were measured."""
     from dpjax.algorithms import ldp_sparse
 
     d_lr, big = 4, _BIG
@@ -228,8 +232,9 @@ def _ldp_regression_setups() -> dict[str, tuple]:
     return {
         **{name: (est, nldp_hp, np.zeros(d_lr),
                   lambda r: (*_f32(r[None], [big]),), x_lr[0], x_lr[1], _reports)
-           for name, est in (("ldp-nldp/one-user", ldp_sparse.nldp()),
-                             ("ldp-nldp/per-user/one-user", ldp_sparse.nldp(per_user=True)))},
+           for name, est in (("ldp-nldp/one-user", ldp_sparse.nldp(calibration="analytic")),
+                             ("ldp-nldp/per-user/one-user",
+                              ldp_sparse.nldp(per_user=True, calibration="analytic")))},
         "ldp-public/one-user": (ldp_sparse.nldp_public(), public_hp, np.zeros(d_lr),
                                 lambda r: (*_f32(r[None], [big], x_pub),), x_lr[0], x_lr[1]),
     }

@@ -76,6 +76,7 @@ from dpjax.mechanisms.calibration import (
     laplace_multiplier,
     laplace_scale,
     noise_scale,
+    peeling_coordinate_epsilon,
     peeling_multiplier,
     peeling_scale,
 )
@@ -171,6 +172,7 @@ __all__ = [
     "laplace_multiplier",
     "laplace_scale",
     "noise_scale",
+    "peeling_coordinate_epsilon",
     "peeling_multiplier",
     "peeling_scale",
     "NOISE_FACTOR_KINDS",

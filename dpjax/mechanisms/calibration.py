@@ -36,12 +36,13 @@ __all__ = [
     "laplace_multiplier",
     "laplace_scale",
     "noise_scale",
+    "peeling_coordinate_epsilon",
     "peeling_multiplier",
     "peeling_scale",
 ]
 
 #: calibrations of the (epsilon, delta) Gaussian mechanism (:func:`gaussian_multiplier`)
-GAUSSIAN_CALIBRATIONS: tuple[str, ...] = ("classic-or-analytic", "analytic", "classic")
+GAUSSIAN_CALIBRATIONS: tuple[str, ...] = ("classic-or-analytic", "analytic", "classic", "mu")
 
 
 def _is_host(*args: Any) -> bool:
@@ -175,8 +176,13 @@ def gaussian_multiplier(epsilon: Any, delta: Any, calibration: str = "classic-or
     * ``"classic"``: :func:`gaussian_multiplier_classic` at every epsilon -- the papers'
       formula, for reproduction; above epsilon = 1 it is outside its proof and the ledger
       (the exact curve) says what it really delivers.
+    * ``"mu"``: ``epsilon`` *is* ``mu = Delta / sigma``, solved elsewhere (e.g. one release of
+      a composition calibrated as a whole by PLD, as NLDP's two reports): ``1 / epsilon``
+      (0 at inf); ``delta`` is unused.
     """
     _validate.check_choice(calibration, "calibration", GAUSSIAN_CALIBRATIONS)
+    if calibration == "mu":
+        return laplace_multiplier(epsilon)
     classic = gaussian_multiplier_classic(epsilon, delta, log_constant)
     if calibration == "classic":
         return classic
@@ -261,7 +267,7 @@ def _proven_peeling_ratio(s: int, epsilon: Any, delta: Any) -> Any:
 
 
 #: calibrations of NoisyHT's Laplace scale (:func:`peeling_multiplier`)
-PEELING_CALIBRATIONS: tuple[str, ...] = ("paper", "tight")
+PEELING_CALIBRATIONS: tuple[str, ...] = ("paper", "tight", "per-coordinate")
 
 
 def peeling_multiplier(s: int, epsilon: Any, delta: Any, calibration: str = "paper") -> Any:
@@ -275,8 +281,13 @@ def peeling_multiplier(s: int, epsilon: Any, delta: Any, calibration: str = "pap
       formula's proof does not reach): the requested budget is delivered at every epsilon.
     * ``"tight"``: the smallest scale that bound proves, at every epsilon: the ledger reads
       the release back as ``(1 - 1e-5) epsilon`` (the whole budget, spent).
+    * ``"per-coordinate"``: ``epsilon`` *is* the per-coordinate epsilon ``r = Delta_inf / b``
+      of the Laplace noise, solved elsewhere (e.g. on the host for a whole run's PLD
+      composition, :func:`dpjax._pld.peeling_ratio`): ``1 / epsilon``; ``delta`` is unused.
     """
     _validate.check_choice(calibration, "calibration", PEELING_CALIBRATIONS)
+    if calibration == "per-coordinate":
+        return laplace_multiplier(epsilon)
     xp = _xp(epsilon, delta)
     paper = epsilon_constant("noisy-ht", delta, s) / xp.asarray(epsilon, dtype=float)
     proven = 1.0 / _proven_peeling_ratio(s, epsilon, delta)
@@ -284,6 +295,20 @@ def peeling_multiplier(s: int, epsilon: Any, delta: Any, calibration: str = "pap
     if calibration == "tight":
         return xp.where(finite, proven, paper)  # paper = 0 at epsilon = inf
     return xp.where(finite, xp.maximum(paper, proven), paper)
+
+
+def peeling_coordinate_epsilon(epsilon_coord: Any, s: int, epsilon: Any, delta: Any) -> Any:
+    """The per-coordinate epsilon a ``"per-coordinate"`` NoisyHT release is drawn at:
+    ``epsilon_coord`` (solved elsewhere, e.g. on the host by PLD), or where it is NaN (not
+    solved) the ``"tight"`` calibration's at ``(epsilon, delta)`` (the per-release bound's
+    least noise: private, and the ledger reads what it delivers); ``inf`` at
+    ``epsilon = inf`` (no noise), whatever ``epsilon_coord`` holds."""
+    xp = _xp(epsilon_coord, epsilon, delta)
+    eps = xp.asarray(epsilon, dtype=float)
+    with np.errstate(divide="ignore"):  # 1 / 0 = inf at epsilon = inf (host inputs)
+        tight = 1.0 / peeling_multiplier(s, epsilon, delta, "tight")
+    coord = xp.where(xp.isnan(xp.asarray(epsilon_coord, dtype=float)), tight, epsilon_coord)
+    return xp.where(xp.isinf(eps), xp.inf, coord)
 
 
 def noise_scale(sensitivity: Any, multiplier: Any) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import jax
@@ -63,8 +64,10 @@ def noisy_hard_threshold(
        (:func:`~dpjax.discrete_noise.integer_sensitivity_linf`, exact, never below the real
        change of ``k``), and ``|k_j|`` moves by at most ``Delta^Z``.
     2. ``b^Z`` is the smallest float32 at least ``Delta^Z * peeling_multiplier(s, epsilon,
-       delta)`` (:func:`~dpjax.discrete_noise.peeling_scale_used`): ``Delta^Z / b^Z`` is at
-       most the floating-point path's ``Delta_inf / b``.
+       delta)`` times the secure plan's noise factor ``kappa``
+       (:func:`~dpjax.discrete_noise.peeling_scale_used`; :func:`dpjax.fit` solves ``kappa``
+       so that the secure ledger delivers the request): at ``kappa = 1``, ``Delta^Z / b^Z``
+       is at most the floating-point path's ``Delta_inf / b``.
     3. Each of the ``s`` rounds selects among the coordinates not yet selected by exact
        permute-and-flip on the scores ``|k_j|`` with coins ``Bernoulli(exp(-(q* - |k_j|) /
        b^Z))`` (:func:`~dpjax.discrete_noise.peeling_selection`): ``2 Delta^Z / b^Z``-DP
@@ -172,6 +175,13 @@ def _secure_peeling(key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any
     if float(true_f32) < true_int:  # above 2^24: round up, never below the true bound
         true_f32 = np.nextafter(true_f32, np.float32(np.inf))
     b = dn.peeling_scale_used(sens_int, multiplier)
+    if mode.noise_factor != 1.0:  # the secure plan's kappa (1 while planning), grid chosen first:
+        # the smallest float32 at least b^Z kappa exactly, so never below the scale it planned
+        target = Fraction(float(b)) * Fraction(mode.noise_factor)
+        b = np.float32(float(target))
+        if Fraction(float(b)) < target:
+            b = np.nextafter(b, np.float32(np.inf))
+        b = dn.peeling_scale_used(1, float(b))  # the same range checks (exact: b is float32)
     event = PrivacyEvent("discrete-noisy-ht", fl(sens_int), fl(b), fl(true_f32), fl(dl),
                          "linf", stat.relation, s)
     if mode.plan:  # nothing is drawn: the exact top-s of the rounded statistic and the event

@@ -45,10 +45,11 @@ SECURE_KINDS: tuple[str, ...] = ("discrete-laplace", "discrete-gaussian", "discr
                                  "ldp-randomizer", "none")
 
 
-#: the secure kinds whose noise the noise factor scales (exact peeling's scale is solved for its
-#: own composition on the grid: its ratio never above the float path's, see
-#: noisy_hard_threshold)
-NOISE_FACTOR_KINDS: tuple[str, ...] = ("discrete-laplace", "discrete-gaussian")
+#: the secure kinds whose noise the noise factor scales (exact peeling: its discrete Laplace
+#: scale ``b^Z``, which sets both its selection rounds and its values, see
+#: noisy_hard_threshold; its grid is chosen before the factor)
+NOISE_FACTOR_KINDS: tuple[str, ...] = ("discrete-laplace", "discrete-gaussian",
+                                       "discrete-noisy-ht")
 
 
 @contextlib.contextmanager
