@@ -212,6 +212,57 @@ def test_objective_perturbation_pure_noise_norm_and_direction_with_power():
     assert stats.kstest((b / norms[:, None])[:, 0], "uniform", args=(-1, 2)).pvalue > PASS_P
 
 
+def _tight_terms(n, d, eps, xb, lam):
+    """The "tight" rule, written out here: u = eps / (1 + k), k = (4 d (d + 1) / (c X r)^2)^(1/3),
+    Gamma = max(n Lambda, c X^2 / u), eps_noise = eps - log(1 + c X^2 / Gamma)."""
+    cx2 = 0.25 * xb**2
+    k = (4 * d * (d + 1) / (0.25 * xb * 3.0) ** 2) ** (1 / 3)
+    gamma = max(n * lam, cx2 / (eps / (1 + k)))
+    return gamma, eps - math.log1p(cx2 / gamma)
+
+
+def test_objective_perturbation_tight_noise_norm_and_direction_with_power():
+    """The "tight" variant's noise: ||b|| ~ Gamma(d, 2 X / eps_noise) with eps_noise = eps -
+    log(1 + c X^2 / Gamma) (one log-determinant term), and a uniform direction."""
+    x, y = _logistic(300, 3)
+    eps, xb, lam = 1.0, 1.5, 1 / 300
+    hp = B.ObjectivePerturbationHyperparams(*map(jnp.float32, (eps, xb, lam)))
+    state, _ = _many(B._make_op_step("tight", 20), (jnp.asarray(x), jnp.asarray(y)), hp,
+                     reps=3000)
+    gamma, eps_noise = _tight_terms(300, 3, eps, xb, lam)
+    assert eps_noise > 0.7  # most of epsilon goes to the noise (Chaudhuri et al.'s rule: 0.5)
+    b = _recovered_noise(x, y, xb, gamma, np.asarray(state.beta, np.float64))
+    norms = np.linalg.norm(b, axis=1)
+    scale = 2 * xb / eps_noise
+    assert stats.kstest(norms, "gamma", args=(3, 0, scale)).pvalue > PASS_P
+    for f in (2 / 3, 3 / 2):
+        assert stats.kstest(norms, "gamma", args=(3, 0, scale * f)).pvalue < FAIL_P
+    assert stats.kstest((b / norms[:, None])[:, 1], "uniform", args=(-1, 2)).pvalue > PASS_P
+
+
+@pytest.mark.parametrize("n, d, lam", [(300, 3, 1 / 300), (10**5, 5, 1e-5), (10**5, 20, 1e-5),
+                                       (1000, 5, 0.5)])
+def test_objective_perturbation_tight_ledger_has_one_log_term(n, d, lam):
+    """The ledger of "tight": epsilon = log(1 + c X^2 / Gamma) + 2 X / scale, the request, with
+    the ridge of the stated rule (the user's ridge n Lambda where it is larger); its noise is
+    smaller than Chaudhuri et al.'s rule at the same epsilon."""
+    x, y = _logistic(n, d, seed=1)
+    xb = math.sqrt(d)
+    tight = B.fit_objective_perturbation(0, (x, y), epsilon=1.0, x_bound=xb, lam=lam)
+    pure = B.fit_objective_perturbation(0, (x, y), epsilon=1.0, x_bound=xb, lam=lam,
+                                        variant="pure")
+    assert tight.ledger.estimator == "objective-perturbation/tight"
+    gamma, eps_noise = _tight_terms(n, d, 1.0, xb, lam)
+    (rel,) = tight.ledger.releases
+    assert rel.scale == pytest.approx(2 * xb / eps_noise, rel=1e-5)
+    assert tight.ledger.approx_dp.epsilon == pytest.approx(
+        math.log1p(0.25 * xb**2 / gamma) + 2 * xb / rel.scale, rel=1e-6)
+    assert tight.ledger.approx_dp.epsilon == pytest.approx(1.0, rel=1e-5)
+    assert tight.ledger.approx_dp.delta == 0
+    assert f"Gamma = {gamma:g}" in tight.ledger.notes[0]
+    assert rel.scale < pure.ledger.releases[0].scale
+
+
 @pytest.mark.parametrize("mechanism", B.MEAN_MECHANISMS)
 def test_bounded_mean_noise_scale_with_power(mechanism):
     rng = np.random.default_rng(3)
@@ -246,13 +297,15 @@ def test_adassp_at_infinite_epsilon_is_least_squares():
 
 
 @pytest.mark.parametrize("lam", [None, 0.01])
-def test_objective_perturbation_at_infinite_epsilon_is_logistic_regression(lam):
+@pytest.mark.parametrize("variant", [None, "pure"])
+def test_objective_perturbation_at_infinite_epsilon_is_logistic_regression(lam, variant):
     from sklearn.linear_model import LogisticRegression
 
     n = 400
     x, y = _logistic(n, 5)
     res = B.fit_objective_perturbation(0, (x, y), epsilon=math.inf, x_bound=math.sqrt(5),
-                                       lam=lam)
+                                       lam=lam, variant=variant)
+    assert not res.ledger.is_private
     c = 1.0 if lam is None else 1.0 / (n * lam)  # sum loss + ||b||^2 / (2 C)
     ref = LogisticRegression(C=c, fit_intercept=False, tol=1e-12, max_iter=10_000).fit(
         x.astype(np.float64), y).coef_[0]
@@ -324,8 +377,10 @@ def _fits():
     return {
         "adassp": lambda key, eps: B.fit_adassp(key, (xl, yl), epsilon=eps, x_bound=2.0,
                                                 y_bound=3.0),
+        "op-tight": lambda key, eps: B.fit_objective_perturbation(key, (xg, yg), epsilon=eps,
+                                                                  x_bound=2.0),
         "op-pure": lambda key, eps: B.fit_objective_perturbation(key, (xg, yg), epsilon=eps,
-                                                                 x_bound=2.0),
+                                                                 x_bound=2.0, variant="pure"),
         "op-gauss": lambda key, eps: B.fit_objective_perturbation(
             key, (xg, yg), epsilon=eps, delta=1e-5, x_bound=2.0),
         "mean-laplace": lambda key, eps: B.fit_bounded_mean(key, xl, epsilon=eps,
@@ -401,7 +456,8 @@ def test_secure_paths():
 
 def test_registry_entries():
     names = {e.name for e in registry.entries("baselines")}
-    assert names == {"baselines/adassp", "baselines/objective-perturbation/pure",
+    assert names == {"baselines/adassp", "baselines/objective-perturbation/tight",
+                     "baselines/objective-perturbation/pure",
                      "baselines/objective-perturbation/gaussian", "baselines/bounded-mean/laplace",
                      "baselines/bounded-mean/gaussian"}
     assert "dpjax.algorithms.baselines" in registry._FAMILIES
@@ -420,6 +476,12 @@ def test_bad_inputs_are_refused_in_one_line():
          "lam"),
         (lambda: B.fit_objective_perturbation(0, (xg, yg), epsilon=1.0, delta=1.0,
                                               x_bound=1.0), "delta"),
+        (lambda: B.fit_objective_perturbation(0, (xg, yg), epsilon=1.0, delta=1e-5,
+                                              x_bound=1.0, variant="tight"), "variant"),
+        (lambda: B.fit_objective_perturbation(0, (xg, yg), epsilon=1.0, x_bound=1.0,
+                                              variant="gaussian"), "variant"),
+        (lambda: B.fit_objective_perturbation(0, (xg, yg), epsilon=1.0, x_bound=1.0,
+                                              variant="laplace"), "variant"),
         (lambda: B.fit_bounded_mean(0, x, epsilon=1.0, bounds=(1.0, -1.0)), "lo < hi"),
         (lambda: B.fit_bounded_mean(0, x, epsilon=1.0, bounds=([0, 0], [1, 1])), "bounds"),
         (lambda: B.fit_bounded_mean(0, x, epsilon=1.0, delta=1e-5, bounds=(0, 1)), "delta"),
