@@ -1,6 +1,6 @@
 r"""The standard baselines a practitioner compares against, as estimators of the library.
 
-Three one-release estimators (``num_steps = 1``), each with a ledger, a registry entry (so the
+Four one-step estimators (``num_steps = 1``), each with a ledger, a registry entry (so the
 conformance suite and the canary audit run them) and a ``fit_*`` function:
 
 * **AdaSSP** (Wang 2018, "Revisiting differentially private linear regression: optimal and
@@ -10,6 +10,9 @@ conformance suite and the canary audit run them) and a ``fit_*`` function:
   Algorithm 2, pure epsilon, by default with one log-determinant term and a planned split of
   epsilon, ``"tight"``; the paper's rule as ``"pure"``; the (epsilon, delta) Gaussian variant
   of Kifer, Smith & Thakurta 2012).
+* **Sufficient-statistics perturbation with Laplace noise** for linear regression (pure
+  epsilon; ``X^T X`` and ``X^T y`` with their l1 sensitivities and a simple ridge rule): more
+  accurate than AdaSSP at small ``d``.
 * **The bounded mean** with Laplace (pure epsilon) or Gaussian noise.
 
 Neighbouring relation: replace-one (data sets of the same size ``n`` differing in one record),
@@ -17,7 +20,7 @@ as every central estimator of dpjax. Records that exceed the public bounds are c
 them (rows of ``x`` onto the l2 ball of radius ``x_bound``, ``y`` onto its interval, the mean's
 records onto their box), so every sensitivity below holds for any data.
 
-An intercept: none of the three has an intercept argument. Append a constant column to ``x``
+An intercept: none of them has an intercept argument. Append a constant column to ``x``
 inside the bound (e.g. the column ``c`` with ``x_bound^2 = B^2 + c^2`` where ``B`` bounds the
 rows of the features): its coefficient is the intercept (``dpjax.sklearn`` does this).
 """
@@ -60,13 +63,18 @@ __all__ = [
     "MEAN_MECHANISMS",
     "NEWTON_STEPS",
     "ObjectivePerturbationHyperparams",
+    "SSPLaplaceHyperparams",
     "adassp",
     "bounded_mean_estimator",
     "fit_adassp",
     "fit_bounded_mean",
     "fit_objective_perturbation",
+    "fit_ssp_laplace",
     "objective_perturbation",
     "objective_perturbation_terms",
+    "ssp_laplace",
+    "ssp_laplace_sensitivities",
+    "ssp_laplace_share",
 ]
 
 
@@ -211,6 +219,130 @@ def adassp() -> Estimator:
     is 0 and the estimate is ordinary least squares (no intercept)."""
     return Estimator("adassp", _init, _adassp_step, num_steps=1, batching="full",
                      ledger=_adassp_ledger, check=_adassp_check)
+
+
+# --------------------------------------------------------------------------------------------
+# Sufficient-statistics perturbation with Laplace noise (pure epsilon)
+# --------------------------------------------------------------------------------------------
+
+
+class SSPLaplaceHyperparams(NamedTuple):
+    """Pure epsilon-DP: no delta."""
+
+    epsilon: jax.Array  # () budget of the whole fit (two releases); inf: no noise (OLS)
+    x_bound: jax.Array  # () public l2 bound on a row of x (rows beyond it are clipped)
+    y_bound: jax.Array  # () public bound on |y| (values beyond it are clipped)
+
+    POSITIVE = ("x_bound", "y_bound")
+
+
+def ssp_laplace_sensitivities(d: int, x_bound: Any, y_bound: Any) -> tuple[Any, Any]:
+    r"""The replace-one l1 sensitivities of SSP's two statistics, rows clipped to ``||x|| <=
+    X``, ``|y| <= Y``:
+
+    * the upper triangle ``T(x)`` of ``x x^T`` (``d (d + 1) / 2`` entries): ``||T(x)||_1 =
+      (||x||_1^2 + ||x||_2^2) / 2 <= (d + 1) X^2 / 2`` (``||x||_1 <= sqrt(d) ||x||_2``), so
+      ``||T(x) - T(x')||_1 <= (d + 1) X^2``; at ``d = 1``, ``x^2`` and ``x'^2`` both lie in
+      ``[0, X^2]``: ``X^2`` (attained);
+    * ``x y``: ``||x y - x' y'||_1 <= ||x||_1 |y| + ||x'||_1 |y'| <= 2 sqrt(d) X Y``
+      (attained by ``x = x'`` with equal entries of magnitude ``X / sqrt(d)``, ``y = -y' =
+      Y``).
+    """
+    xx = x_bound * x_bound * (1.0 if d == 1 else float(d + 1))
+    return xx, 2.0 * math.sqrt(d) * x_bound * y_bound
+
+
+def ssp_laplace_share(d: int) -> float:
+    r"""The share of epsilon the ``X^T X`` release gets (a function of ``d`` alone).
+
+    With Laplace scales ``b_1 = S_1 / eps_1`` (``X^T X``) and ``b_2 = S_2 / eps_2`` (``X^T
+    y``), the estimate's error ``(X^T X)^{-1} (e_2 - E beta)`` has ``E||e_2||^2 = 2 d b_2^2``
+    and ``E||E beta||^2 <= 2 d b_1^2 ||beta||^2``: the split minimising ``b_2^2 + r^2 b_1^2``
+    under ``eps_1 + eps_2 = eps`` is ``eps_i`` proportional to ``w_i^{1/3}``, ``w_1 = (r
+    S_1)^2``, ``w_2 = S_2^2``. The planned norm is ``r = Y / X`` (the largest ``||beta||``
+    whose prediction ``x.beta`` stays within ``[-Y, Y]`` on the whole ball ``||x|| <= X``), so
+    ``w_1 / w_2 = (S_1 / X^2)^2 / (4 d)``: ``1/4`` at ``d = 1``, ``(d + 1)^2 / (4 d)`` above.
+    """
+    s1 = 1.0 if d == 1 else float(d + 1)
+    ratio = (s1 * s1 / (4.0 * d)) ** (1.0 / 3.0)
+    return ratio / (1.0 + ratio)
+
+
+def _ssp_laplace_stats(x: jax.Array, y: jax.Array, hp: SSPLaplaceHyperparams):
+    """The upper triangle of ``X^T X`` and ``X^T y`` of the clipped records, with their l1
+    sensitivities (:func:`ssp_laplace_sensitivities`)."""
+    xc = clip_l2(x, hp.x_bound)
+    yc = clip_linf(y, hp.y_bound)
+    d = x.shape[1]
+    s_xx, s_xy = ssp_laplace_sensitivities(d, hp.x_bound, hp.y_bound)
+    iu = jnp.triu_indices(d)
+    return (BoundedStatistic((xc.T @ xc)[iu], s_xx, "l1"),
+            BoundedStatistic(xc.T @ yc, s_xy, "l1"))
+
+
+def _ssp_laplace_step(key: jax.Array, state: BaselineState, data, hp: SSPLaplaceHyperparams):
+    """Two Laplace releases (``eps_1 = share eps`` and ``(1 - share) eps``), then the ridge
+    ``lambda = max(0, t - lambda_min(X^T X~))`` with ``t = sqrt(2) d b_1`` (the root mean square
+    of the Frobenius norm of the symmetric noise matrix, a bound on that of its operator norm)
+    and ``beta = (X^T X~ + lambda I)^{-1} X^T y~``: post-processing of the releases."""
+    del state
+    x, y = data
+    d = x.shape[1]
+    k_xx, k_xy = jax.random.split(key)
+    s_xx, s_xy = _ssp_laplace_stats(x, y, hp)
+    share = ssp_laplace_share(d)
+    upper, ev_xx = laplace_mechanism(k_xx, s_xx, hp.epsilon * share)
+    xty, ev_xy = laplace_mechanism(k_xy, s_xy, hp.epsilon * (1.0 - share))  # inf at inf
+    dtype = upper.dtype
+    iu = jnp.triu_indices(d)
+    m = jnp.zeros((d, d), dtype).at[iu].set(upper)
+    xtx = m + m.T - jnp.diag(jnp.diag(m))
+    t = jnp.sqrt(2.0) * d * jnp.max(ev_xx.scale).astype(dtype)
+    lam = jnp.maximum(t - jnp.linalg.eigvalsh(xtx)[0], 0.0)
+    beta = jnp.linalg.solve(xtx + lam * jnp.eye(d, dtype=dtype), xty)
+    return BaselineState(beta), BaselineInfo((ev_xx, ev_xy), jnp.zeros((), dtype),
+                                             (upper, xty))
+
+
+def _ssp_laplace_ledger(n: int, hp: SSPLaplaceHyperparams, events) -> Ledger:
+    eps = float(np.asarray(hp.epsilon))
+    releases = [Release.from_event(ev, stat, f"all {n} records") for ev, stat in zip(
+        events, ("upper triangle of X^T X (l1 sensitivity (d + 1) x_bound^2; x_bound^2 at d = "
+                 "1)", "X^T y (l1 sensitivity 2 sqrt(d) x_bound y_bound)"))]
+    notes = [f"n = {n}, x_bound = {float(np.asarray(hp.x_bound)):g}, y_bound = "
+             f"{float(np.asarray(hp.y_bound)):g}",
+             "sufficient-statistics perturbation with Laplace noise: epsilon split by the rule "
+             "of ssp_laplace_share (public: d alone); the ridge and the solve are "
+             "post-processing of the two releases"]
+    return Ledger.build("ssp-laplace", releases, "basic", requested=ApproxDP(eps, 0.0),
+                        notes=notes)
+
+
+def _ssp_laplace_check(n: int, hp: SSPLaplaceHyperparams, dtype) -> None:
+    xb, yb = float(np.asarray(hp.x_bound)), float(np.asarray(hp.y_bound))
+    if not math.isfinite(float(np.asarray(hp.epsilon))):
+        return
+    _validate.check_noise_inputs("x_bound", xb, xb * xb, n * xb * xb, dtype)
+    _validate.check_noise_inputs("y_bound", yb, 2.0 * xb * yb, n * xb * yb, dtype)
+
+
+@functools.cache
+def ssp_laplace() -> Estimator:
+    """Sufficient-statistics perturbation for linear regression with Laplace noise, pure
+    epsilon-DP (replace-one), as an :class:`~dpjax.base.Estimator`: the upper triangle of
+    ``X^T X`` and ``X^T y`` of the clipped records, each released by the Laplace mechanism
+    with its l1 sensitivity (:func:`ssp_laplace_sensitivities`) and its share of epsilon
+    (:func:`ssp_laplace_share`), then ``beta = (X^T X~ + lambda I)^{-1} X^T y~`` with the ridge
+    ``lambda = max(0, sqrt(2) d b_1 - lambda_min(X^T X~))`` that lifts the released matrix's
+    smallest eigenvalue to the typical size of its noise (a simpler rule than AdaSSP's, which
+    spends a third release on ``lambda_min``). Basic composition of the two releases:
+    ``eps_1 + eps_2 = eps``. At small ``d`` this is more accurate than AdaSSP at the same
+    epsilon (a Laplace coordinate at epsilon has about a third of the standard deviation of a
+    Gaussian one at delta 1e-6); its l1 sensitivity grows as ``d X^2``, so AdaSSP wins at
+    large ``d``. Data ``(x, y)``; hyperparameters :class:`SSPLaplaceHyperparams`. At epsilon
+    = inf: ordinary least squares (no intercept)."""
+    return Estimator("ssp-laplace", _init, _ssp_laplace_step, num_steps=1, batching="full",
+                     ledger=_ssp_laplace_ledger, check=_ssp_laplace_check)
 
 
 # --------------------------------------------------------------------------------------------
@@ -752,6 +884,39 @@ def fit_adassp(key: Any, data: Any, *, epsilon: Any, delta: Any = None, x_bound:
 
 
 @_validate.host_only
+def fit_ssp_laplace(key: Any, data: Any, *, epsilon: Any, x_bound: Any, y_bound: Any,
+                    on_invalid: str = "raise", secure: bool = False,
+                    accountant: Any = None) -> FitResult:
+    """Fit sufficient-statistics perturbation with Laplace noise (see :func:`ssp_laplace`):
+    pure epsilon-DP, no delta.
+
+    Args:
+        key: PRNG key (or int seed) for the noise.
+        data: ``(x, y)``, ``x`` of shape ``(n, d)``, ``y`` of shape ``(n,)``.
+        epsilon: in (0, inf]; inf gives ordinary least squares (no intercept: append a
+            constant column to ``x`` inside ``x_bound`` for one).
+        x_bound: public l2 bound on a row of ``x`` (rows beyond it are clipped onto the ball).
+        y_bound: public bound on ``|y|`` (values beyond it are clipped).
+        on_invalid: ``"raise"`` or ``"clip"`` (non-finite entries mapped into the bounds).
+        secure: exact discrete noise for a release on real data (see :func:`dpjax.fit`).
+        accountant: a :class:`dpjax.Accountant` this fit spends from.
+
+    Returns:
+        :class:`~dpjax.base.FitResult`, ``estimate`` the coefficients ``(d,)``; the ledger
+        (basic composition of two Laplace releases) delivers ``(epsilon, 0)``.
+    """
+    key = as_key(key)
+    _validate.check_on_invalid(on_invalid)
+    x, y = _xy(data, on_invalid)
+    n = int(x.shape[0])
+    eps = _validate.check_scalar(_validate.check_epsilon(epsilon), "epsilon")
+    xb, yb = _bound(x_bound, "x_bound"), _bound(y_bound, "y_bound")
+    hp = SSPLaplaceHyperparams(*_f32(eps, xb, yb))
+    return fit(ssp_laplace(), key, (x, y), jnp.zeros(x.shape[1], jnp.float32), hp, n=n,
+               secure=secure, accountant=accountant)
+
+
+@_validate.host_only
 def fit_objective_perturbation(key: Any, data: Any, *, epsilon: Any, delta: Any = 0.0,
                                x_bound: Any, lam: Any = None, newton_steps: int = NEWTON_STEPS,
                                variant: str | None = None, on_invalid: str = "raise",
@@ -894,6 +1059,12 @@ def _example_adassp() -> registry.Example:
     return registry.Example(data, jnp.zeros(3, jnp.float32), hp)
 
 
+def _example_ssp_laplace() -> registry.Example:
+    data = _regression_example()
+    hp = lambda eps: SSPLaplaceHyperparams(*_f32(eps, math.sqrt(3.0), 3.0))  # noqa
+    return registry.Example(data, jnp.zeros(3, jnp.float32), hp)
+
+
 def _example_op(variant: str) -> registry.Example:
     data = _regression_example(logistic=True)
     def hp(eps):
@@ -924,6 +1095,7 @@ def _register() -> None:
         registry.register(registry.Entry(name, "baselines", build, example, requested=req))
 
     entry("baselines/adassp", adassp, _example_adassp)
+    entry("baselines/ssp-laplace", ssp_laplace, _example_ssp_laplace)
     for variant in OP_VARIANTS:
         entry(f"baselines/objective-perturbation/{variant}",
               functools.partial(objective_perturbation, variant, 20),
