@@ -884,8 +884,8 @@ def fit_adassp(key: Any, data: Any, *, epsilon: Any, delta: Any = None, x_bound:
 
 
 @_validate.host_only
-def fit_ssp_laplace(key: Any, data: Any, *, epsilon: Any, x_bound: Any, y_bound: Any,
-                    on_invalid: str = "raise", secure: bool = False,
+def fit_ssp_laplace(key: Any, data: Any, *, epsilon: Any, delta: Any = 0.0, x_bound: Any,
+                    y_bound: Any, on_invalid: str = "raise", secure: bool = False,
                     accountant: Any = None) -> FitResult:
     """Fit sufficient-statistics perturbation with Laplace noise (see :func:`ssp_laplace`):
     pure epsilon-DP, no delta.
@@ -895,6 +895,8 @@ def fit_ssp_laplace(key: Any, data: Any, *, epsilon: Any, x_bound: Any, y_bound:
         data: ``(x, y)``, ``x`` of shape ``(n, d)``, ``y`` of shape ``(n,)``.
         epsilon: in (0, inf]; inf gives ordinary least squares (no intercept: append a
             constant column to ``x`` inside ``x_bound`` for one).
+        delta: 0 (default) or ``None``: the fit is pure epsilon-DP (a delta > 0 is refused;
+            :func:`fit_adassp` is the (epsilon, delta) method).
         x_bound: public l2 bound on a row of ``x`` (rows beyond it are clipped onto the ball).
         y_bound: public bound on ``|y|`` (values beyond it are clipped).
         on_invalid: ``"raise"`` or ``"clip"`` (non-finite entries mapped into the bounds).
@@ -910,6 +912,9 @@ def fit_ssp_laplace(key: Any, data: Any, *, epsilon: Any, x_bound: Any, y_bound:
     x, y = _xy(data, on_invalid)
     n = int(x.shape[0])
     eps = _validate.check_scalar(_validate.check_epsilon(epsilon), "epsilon")
+    if delta is not None and _validate.check_scalar(delta, "delta") != 0:
+        raise ValueError(f"delta must be 0 or None for fit_ssp_laplace (pure epsilon-DP; "
+                         f"fit_adassp takes a delta); got {delta}")
     xb, yb = _bound(x_bound, "x_bound"), _bound(y_bound, "y_bound")
     hp = SSPLaplaceHyperparams(*_f32(eps, xb, yb))
     return fit(ssp_laplace(), key, (x, y), jnp.zeros(x.shape[1], jnp.float32), hp, n=n,
