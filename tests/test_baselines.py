@@ -88,6 +88,43 @@ def test_adassp_statistics_move_by_at_most_their_sensitivities():
     assert float(np.linalg.norm(np.asarray(a) - np.asarray(b))) == pytest.approx(declared[2])
 
 
+@pytest.mark.parametrize("d", [1, 3])
+def test_ssp_laplace_statistics_move_by_at_most_their_l1_sensitivities(d):
+    """The l1 sensitivities of the Laplace SSP: (d + 1) X^2 for the upper triangle of X^T X
+    (X^2 at d = 1, attained) and 2 sqrt(d) X Y for X^T y (attained), on adversarial
+    neighbours."""
+    x, y = _linear(50, d)
+    xb, yb = 1.5, 2.0
+    hp = B.SSPLaplaceHyperparams(*map(jnp.float32, (1.0, xb, yb)))
+    declared = [float(s.sensitivity) for s in B._ssp_laplace_stats(jnp.asarray(x),
+                                                                     jnp.asarray(y), hp)]
+    assert declared == pytest.approx([xb**2 * (1 if d == 1 else d + 1),
+                                      2 * math.sqrt(d) * xb * yb])
+    rows = [np.resize(r, d) for r in EXTREME_ROWS] + [np.full(d, 1e30), np.full(d, -1e30),
+                                                      np.array([(-1) ** i * 1e30
+                                                                for i in range(d)])]
+    worst = np.zeros(2)
+    for i, row in enumerate(rows):
+        for y_new in (1e30, -np.inf, 0.0, 2.0):
+            x2, y2 = x.copy(), y.copy()
+            x2[7], y2[7] = row, y_new
+            x3, y3 = x.copy(), y.copy()
+            x3[7], y3[7] = rows[(i + 1) % len(rows)], -np.sign(y_new) * 3.0
+            x4, y4 = x2.copy(), y2.copy()
+            y4[7] = -y_new
+            for xa, ya, xb_, yb_ in ((x, y, x2, y2), (x2, y2, x3, y3), (x2, y2, x4, y4)):
+                sa = B._ssp_laplace_stats(jnp.asarray(xa), jnp.asarray(ya), hp)
+                sb = B._ssp_laplace_stats(jnp.asarray(xb_), jnp.asarray(yb_), hp)
+                for j, (a, b) in enumerate(zip(sa, sb)):
+                    moved = float(np.sum(np.abs(np.asarray(a.value, np.float64)
+                                                - np.asarray(b.value))))
+                    assert moved <= declared[j] * (1 + 1e-5), (j, moved)
+                    worst[j] = max(worst[j], moved / declared[j])
+    assert worst[1] > 0.99  # x = x' with equal entries, y = -y' = Y
+    if d == 1:
+        assert worst[0] > 0.99  # x^2 = X^2 against 0
+
+
 def test_objective_perturbation_gradient_difference_is_at_most_2_x_bound():
     """The noise is calibrated from the l2 sensitivity 2 X of the summed gradient: at any beta
     the two neighbours' gradients (what b must absorb) differ by at most 2 X, and one
@@ -166,6 +203,33 @@ def test_adassp_noise_scales_with_power():
         assert sigma <= got * (1 + 1e-6) and got == pytest.approx(sigma, rel=3e-4)
 
 
+@pytest.mark.parametrize("d", [1, 3])
+def test_ssp_laplace_noise_scales_with_power(d):
+    """Each release: Laplace(S_i / eps_i) with eps_1 = share(d) eps, eps_2 = eps - eps_1."""
+    x, y = _linear(200, d)
+    eps, xb, yb = 0.8, 1.5, 2.0
+    hp = B.SSPLaplaceHyperparams(*map(jnp.float32, (eps, xb, yb)))
+    data = (jnp.asarray(x), jnp.asarray(y))
+    _, info = _many(B._ssp_laplace_step, data, hp)
+    truth = B._ssp_laplace_stats(*data, hp)
+    share = B.ssp_laplace_share(d)
+    s1 = xb**2 * (1 if d == 1 else d + 1)
+    for i, scale in enumerate((s1 / (share * eps), 2 * math.sqrt(d) * xb * yb
+                               / ((1 - share) * eps))):
+        noise = np.asarray(info.released[i], np.float64) - np.asarray(truth[i].value)
+        assert_scale_with_power(noise, "laplace", scale)
+
+
+def test_ssp_laplace_share_minimises_its_proxy():
+    """The split rule: eps_1 = share eps minimises b_2^2 + r^2 b_1^2 (r = Y / X), checked
+    against a grid."""
+    for d in (1, 2, 5, 20):
+        s1 = 1.0 if d == 1 else d + 1.0  # in units of X^2; S_2 = 2 sqrt(d) X Y, r = Y / X
+        grid = np.linspace(0.001, 0.999, 99_901)
+        proxy = (2 * math.sqrt(d)) ** 2 / (1 - grid) ** 2 + s1**2 / grid**2
+        assert B.ssp_laplace_share(d) == pytest.approx(grid[np.argmin(proxy)], abs=2e-5)
+
+
 def test_objective_perturbation_gaussian_noise_scale_with_power():
     """b, recovered from the released minimiser (b = -grad of the unperturbed objective), is
     N(0, sigma^2) with sigma = 2 X / mu, mu t + mu^2/2 = eps - log(1 + c X^2 / Gamma)."""
@@ -212,6 +276,57 @@ def test_objective_perturbation_pure_noise_norm_and_direction_with_power():
     assert stats.kstest((b / norms[:, None])[:, 0], "uniform", args=(-1, 2)).pvalue > PASS_P
 
 
+def _tight_terms(n, d, eps, xb, lam):
+    """The "tight" rule, written out here: u = eps / (1 + k), k = (4 d (d + 1) / (c X r)^2)^(1/3),
+    Gamma = max(n Lambda, c X^2 / u), eps_noise = eps - log(1 + c X^2 / Gamma)."""
+    cx2 = 0.25 * xb**2
+    k = (4 * d * (d + 1) / (0.25 * xb * 3.0) ** 2) ** (1 / 3)
+    gamma = max(n * lam, cx2 / (eps / (1 + k)))
+    return gamma, eps - math.log1p(cx2 / gamma)
+
+
+def test_objective_perturbation_tight_noise_norm_and_direction_with_power():
+    """The "tight" variant's noise: ||b|| ~ Gamma(d, 2 X / eps_noise) with eps_noise = eps -
+    log(1 + c X^2 / Gamma) (one log-determinant term), and a uniform direction."""
+    x, y = _logistic(300, 3)
+    eps, xb, lam = 1.0, 1.5, 1 / 300
+    hp = B.ObjectivePerturbationHyperparams(*map(jnp.float32, (eps, xb, lam)))
+    state, _ = _many(B._make_op_step("tight", 20), (jnp.asarray(x), jnp.asarray(y)), hp,
+                     reps=3000)
+    gamma, eps_noise = _tight_terms(300, 3, eps, xb, lam)
+    assert eps_noise > 0.7  # most of epsilon goes to the noise (Chaudhuri et al.'s rule: 0.5)
+    b = _recovered_noise(x, y, xb, gamma, np.asarray(state.beta, np.float64))
+    norms = np.linalg.norm(b, axis=1)
+    scale = 2 * xb / eps_noise
+    assert stats.kstest(norms, "gamma", args=(3, 0, scale)).pvalue > PASS_P
+    for f in (2 / 3, 3 / 2):
+        assert stats.kstest(norms, "gamma", args=(3, 0, scale * f)).pvalue < FAIL_P
+    assert stats.kstest((b / norms[:, None])[:, 1], "uniform", args=(-1, 2)).pvalue > PASS_P
+
+
+@pytest.mark.parametrize("n, d, lam", [(300, 3, 1 / 300), (10**5, 5, 1e-5), (10**5, 20, 1e-5),
+                                       (1000, 5, 0.5)])
+def test_objective_perturbation_tight_ledger_has_one_log_term(n, d, lam):
+    """The ledger of "tight": epsilon = log(1 + c X^2 / Gamma) + 2 X / scale, the request, with
+    the ridge of the stated rule (the user's ridge n Lambda where it is larger); its noise is
+    smaller than Chaudhuri et al.'s rule at the same epsilon."""
+    x, y = _logistic(n, d, seed=1)
+    xb = math.sqrt(d)
+    tight = B.fit_objective_perturbation(0, (x, y), epsilon=1.0, x_bound=xb, lam=lam)
+    pure = B.fit_objective_perturbation(0, (x, y), epsilon=1.0, x_bound=xb, lam=lam,
+                                        variant="pure")
+    assert tight.ledger.estimator == "objective-perturbation/tight"
+    gamma, eps_noise = _tight_terms(n, d, 1.0, xb, lam)
+    (rel,) = tight.ledger.releases
+    assert rel.scale == pytest.approx(2 * xb / eps_noise, rel=1e-5)
+    assert tight.ledger.approx_dp.epsilon == pytest.approx(
+        math.log1p(0.25 * xb**2 / gamma) + 2 * xb / rel.scale, rel=1e-6)
+    assert tight.ledger.approx_dp.epsilon == pytest.approx(1.0, rel=1e-5)
+    assert tight.ledger.approx_dp.delta == 0
+    assert f"Gamma = {gamma:g}" in tight.ledger.notes[0]
+    assert rel.scale < pure.ledger.releases[0].scale
+
+
 @pytest.mark.parametrize("mechanism", B.MEAN_MECHANISMS)
 def test_bounded_mean_noise_scale_with_power(mechanism):
     rng = np.random.default_rng(3)
@@ -245,14 +360,27 @@ def test_adassp_at_infinite_epsilon_is_least_squares():
     assert not res.ledger.is_private
 
 
+def test_ssp_laplace_at_infinite_epsilon_is_least_squares():
+    from sklearn.linear_model import LinearRegression
+
+    for d in (1, 5):
+        x, y = _linear(400, d)
+        res = B.fit_ssp_laplace(0, (x, y), epsilon=math.inf, x_bound=math.sqrt(d), y_bound=3.0)
+        ref = LinearRegression(fit_intercept=False).fit(x.astype(np.float64), y).coef_
+        np.testing.assert_allclose(res.estimate, ref, rtol=1e-4, atol=1e-5)
+        assert not res.ledger.is_private
+
+
 @pytest.mark.parametrize("lam", [None, 0.01])
-def test_objective_perturbation_at_infinite_epsilon_is_logistic_regression(lam):
+@pytest.mark.parametrize("variant", [None, "pure"])
+def test_objective_perturbation_at_infinite_epsilon_is_logistic_regression(lam, variant):
     from sklearn.linear_model import LogisticRegression
 
     n = 400
     x, y = _logistic(n, 5)
     res = B.fit_objective_perturbation(0, (x, y), epsilon=math.inf, x_bound=math.sqrt(5),
-                                       lam=lam)
+                                       lam=lam, variant=variant)
+    assert not res.ledger.is_private
     c = 1.0 if lam is None else 1.0 / (n * lam)  # sum loss + ||b||^2 / (2 C)
     ref = LogisticRegression(C=c, fit_intercept=False, tol=1e-12, max_iter=10_000).fit(
         x.astype(np.float64), y).coef_[0]
@@ -324,8 +452,12 @@ def _fits():
     return {
         "adassp": lambda key, eps: B.fit_adassp(key, (xl, yl), epsilon=eps, x_bound=2.0,
                                                 y_bound=3.0),
+        "ssp-laplace": lambda key, eps: B.fit_ssp_laplace(key, (xl, yl), epsilon=eps,
+                                                          x_bound=2.0, y_bound=3.0),
+        "op-tight": lambda key, eps: B.fit_objective_perturbation(key, (xg, yg), epsilon=eps,
+                                                                  x_bound=2.0),
         "op-pure": lambda key, eps: B.fit_objective_perturbation(key, (xg, yg), epsilon=eps,
-                                                                 x_bound=2.0),
+                                                                 x_bound=2.0, variant="pure"),
         "op-gauss": lambda key, eps: B.fit_objective_perturbation(
             key, (xg, yg), epsilon=eps, delta=1e-5, x_bound=2.0),
         "mean-laplace": lambda key, eps: B.fit_bounded_mean(key, xl, epsilon=eps,
@@ -389,6 +521,10 @@ def test_secure_paths():
     res = B.fit_adassp(0, (xl, yl), epsilon=1.0, x_bound=2.0, y_bound=3.0, secure=True)
     assert "exact discrete noise" in res.ledger.assumption
     assert res.ledger.approx_dp.epsilon <= 1.0 * (1 + 1e-5)
+    res = B.fit_ssp_laplace(0, (xl, yl), epsilon=1.0, x_bound=2.0, y_bound=3.0, secure=True)
+    assert "exact discrete noise" in res.ledger.assumption
+    assert res.ledger.approx_dp.epsilon == pytest.approx(1.0, rel=1e-5)
+    assert res.ledger.approx_dp.delta == 0
     xg, yg = _logistic(200, 3)
     with pytest.raises(ValueError, match="secure=True is not available"):
         B.fit_objective_perturbation(0, (xg, yg), epsilon=1.0, x_bound=2.0, secure=True)
@@ -401,7 +537,9 @@ def test_secure_paths():
 
 def test_registry_entries():
     names = {e.name for e in registry.entries("baselines")}
-    assert names == {"baselines/adassp", "baselines/objective-perturbation/pure",
+    assert names == {"baselines/adassp", "baselines/ssp-laplace",
+                     "baselines/objective-perturbation/tight",
+                     "baselines/objective-perturbation/pure",
                      "baselines/objective-perturbation/gaussian", "baselines/bounded-mean/laplace",
                      "baselines/bounded-mean/gaussian"}
     assert "dpjax.algorithms.baselines" in registry._FAMILIES
@@ -415,11 +553,21 @@ def test_bad_inputs_are_refused_in_one_line():
         (lambda: B.fit_adassp(0, (x, y), epsilon=1.0, x_bound=1.0, y_bound=-1.0), "y_bound"),
         (lambda: B.fit_adassp(0, (x, y), epsilon=1.0, x_bound=1.0, y_bound=1.0, zeta=1.5),
          "zeta"),
+        (lambda: B.fit_ssp_laplace(0, (x, y), epsilon=1.0, x_bound=1.0, y_bound=None),
+         "y_bound"),
+        (lambda: B.fit_ssp_laplace(0, (x, y), epsilon=0.0, x_bound=1.0, y_bound=1.0),
+         "epsilon"),
         (lambda: B.fit_objective_perturbation(0, (xg, y), epsilon=1.0, x_bound=1.0), "data.y"),
         (lambda: B.fit_objective_perturbation(0, (xg, yg), epsilon=1.0, x_bound=1.0, lam=-1),
          "lam"),
         (lambda: B.fit_objective_perturbation(0, (xg, yg), epsilon=1.0, delta=1.0,
                                               x_bound=1.0), "delta"),
+        (lambda: B.fit_objective_perturbation(0, (xg, yg), epsilon=1.0, delta=1e-5,
+                                              x_bound=1.0, variant="tight"), "variant"),
+        (lambda: B.fit_objective_perturbation(0, (xg, yg), epsilon=1.0, x_bound=1.0,
+                                              variant="gaussian"), "variant"),
+        (lambda: B.fit_objective_perturbation(0, (xg, yg), epsilon=1.0, x_bound=1.0,
+                                              variant="laplace"), "variant"),
         (lambda: B.fit_bounded_mean(0, x, epsilon=1.0, bounds=(1.0, -1.0)), "lo < hi"),
         (lambda: B.fit_bounded_mean(0, x, epsilon=1.0, bounds=([0, 0], [1, 1])), "bounds"),
         (lambda: B.fit_bounded_mean(0, x, epsilon=1.0, delta=1e-5, bounds=(0, 1)), "delta"),

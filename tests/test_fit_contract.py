@@ -113,6 +113,8 @@ def _problems():
     return {
         "baselines.fit_adassp": ((KEY, (bx, by)), dict(epsilon=1.0, x_bound=2.0, y_bound=3.0),
                                  200),
+        "baselines.fit_ssp_laplace": ((KEY, (bx, by)), dict(epsilon=1.0, x_bound=2.0,
+                                                            y_bound=3.0), 200),
         "baselines.fit_objective_perturbation": ((KEY, (bx, blabels)),
                                                  dict(epsilon=1.0, x_bound=2.0), 200),
         "baselines.fit_bounded_mean": ((KEY, bx), dict(epsilon=1.0, bounds=(-1.0, 1.0),
@@ -142,7 +144,9 @@ NO_SECURE_PATH: set[str] = {"baselines.fit_objective_perturbation"}
 # private fits whose default is pure epsilon-DP, so their delta defaults to 0, not None
 # (1/(2n)): objective perturbation (Chaudhuri et al.'s algorithm; delta > 0 is its Gaussian
 # variant)
-PURE_BY_DEFAULT = {"baselines.fit_objective_perturbation"}
+PURE_BY_DEFAULT = {"baselines.fit_objective_perturbation", "baselines.fit_ssp_laplace"}
+# pure-epsilon fits with no (epsilon, delta) variant: an explicit delta > 0 is refused
+PURE_ONLY = {"baselines.fit_ssp_laplace"}
 # fits whose ledger is not private although they take a budget: the paper-literal Algorithm 3
 NOT_DP_AS_CLAIMED = {"dp_iv.fit_dp_2s_gd_beta_only"}
 
@@ -260,6 +264,11 @@ def test_every_fit_returns_a_fit_result_with_a_ledger(name):
 @pytest.mark.parametrize("name", sorted(n for n in FITS if is_private(FITS[n])))
 def test_an_explicit_delta_reaches_the_ledger(name):
     args, kwargs, n = PROBLEMS[name]
+    if name in PURE_ONLY:  # refused in one line, naming delta
+        with pytest.raises(ValueError, match="delta must be 0"):
+            FITS[name](*args, **kwargs, delta=1 / (4 * n))
+        assert FITS[name](*args, **kwargs, delta=0.0).ledger.approx_dp.delta == 0
+        return
     res = FITS[name](*args, **kwargs, delta=1 / (4 * n))
     assert math.isclose(float(np.asarray(res.hparams.delta)), 1 / (4 * n), rel_tol=1e-6)
     with pytest.raises(ValueError, match="delta must lie in the open interval"):

@@ -12,9 +12,11 @@ Each fit calls one of the library's fits on a public rescaling of the data:
                            iterative hard thresholding with peeling, Algorithm 5;
                            needs ``sparsity``)
 ``"objective-perturbation"``  ``fit_objective_perturbation`` of
-                           :mod:`dpjax.algorithms.baselines` (logistic only; the pure
-                           (epsilon, 0) algorithm, whatever ``delta`` is)
+                           :mod:`dpjax.algorithms.baselines` (logistic only; its default
+                           pure (epsilon, 0) variant ``"tight"``, whatever ``delta`` is)
 ``"adassp"``               ``fit_adassp`` of :mod:`dpjax.algorithms.baselines` (linear only)
+``"ssp-laplace"``          ``fit_ssp_laplace`` of :mod:`dpjax.algorithms.baselines` (linear
+                           only; pure (epsilon, 0), whatever ``delta`` is)
 ``"auto"`` (default)       one of the above, chosen on public values only (``n``, ``d``,
                            epsilon, delta, the bounds): ``dpjax.auto.choose_method``
 =========================  =============================================================
@@ -51,7 +53,11 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dpjax import _validate, auto
-from dpjax.algorithms.baselines import fit_adassp, fit_objective_perturbation
+from dpjax.algorithms.baselines import (
+    fit_adassp,
+    fit_objective_perturbation,
+    fit_ssp_laplace,
+)
 from dpjax.algorithms.dp_glm import fit_dp_glm, fit_sparse_dp_glm
 from dpjax.models.glm import GLM
 from dpjax.sklearn import _common
@@ -61,13 +67,13 @@ __all__ = ["Choice", "LinearRegression", "LogisticRegression", "choose"]
 #: the named methods of each task
 METHODS = {
     "logistic": ("noisy-gd", "noisy-iht", "objective-perturbation"),
-    "linear": ("noisy-gd", "noisy-iht", "adassp"),
+    "linear": ("noisy-gd", "noisy-iht", "adassp", "ssp-laplace"),
 }
 #: other spellings a chooser may return
 _ALIASES = {"gd": "noisy-gd", "dp-glm": "noisy-gd", "noisy_gd": "noisy-gd",
             "iht": "noisy-iht", "sparse": "noisy-iht", "noisy_iht": "noisy-iht",
             "objective_perturbation": "objective-perturbation", "op": "objective-perturbation",
-            "ssp": "adassp"}
+            "ssp": "adassp", "laplace-ssp": "ssp-laplace", "ssp_laplace": "ssp-laplace"}
 
 
 class Choice(NamedTuple):
@@ -156,11 +162,14 @@ class _GLMEstimator(_common.DPEstimatorBase):
                                         **_num_iterations(self.max_iter), **common)
         elif choice.name == "adassp":
             res = fit_adassp(key, data, x_bound=design.l2, y_bound=1.0, **common)
+        elif choice.name == "ssp-laplace":  # pure (epsilon, 0): the fit's delta is not spent
+            res = fit_ssp_laplace(key, data, x_bound=design.l2, y_bound=1.0, epsilon=eps,
+                                  accountant=self.accountant, secure=bool(self.secure))
         else:
-            # the pure (epsilon, 0) algorithm of Chaudhuri et al.: more accurate than the
-            # Gaussian variant at every size measured (docs/families/baselines.md), so the
-            # fit's delta is not spent
-            res = fit_objective_perturbation(key, data, x_bound=design.l2,
+            # the pure (epsilon, 0) variant "tight" (one log-determinant term): more accurate
+            # than the Gaussian variant and Chaudhuri et al.'s printed rule at every size
+            # measured (docs/families/baselines.md), so the fit's delta is not spent
+            res = fit_objective_perturbation(key, data, x_bound=design.l2, variant="tight",
                                              **{**common, "delta": 0.0})
         # the iterations run: the trace's leading axis (1 for a closed-form method, whose
         # result has no trace)
@@ -285,9 +294,9 @@ class LinearRegression(RegressorMixin, _GLMEstimator):
         bounds_y: ``(lower, upper)``: the range of ``y`` (required; clipped into it).
         fit_intercept, method, sparsity, max_iter, accountant, secure, random_state: as
             :class:`LogisticRegression`, with ``method`` one of ``"auto"``, ``"noisy-gd"``,
-            ``"noisy-iht"`` and ``"adassp"``. ``"noisy-gd"`` and ``"noisy-iht"`` clip the linear
-            predictor to the range of ``bounds_y`` (the library's linear GLM with
-            ``predictor_bound``).
+            ``"noisy-iht"``, ``"adassp"`` and ``"ssp-laplace"``. ``"noisy-gd"`` and
+            ``"noisy-iht"`` clip the linear predictor to the range of ``bounds_y`` (the
+            library's linear GLM with ``predictor_bound``).
 
     Attributes:
         coef_: ``(n_features,)``; intercept_: a float (0 without ``fit_intercept``).
