@@ -347,6 +347,7 @@ NOT_PLD = {
     "baselines/objective-perturbation/pure": "objective perturbation: its own analytic bound",
     "baselines/objective-perturbation/gaussian": "objective perturbation: its own analytic "
                                                  "bound",
+    "baselines/objective-perturbation/tight": "objective perturbation: its own analytic bound",
 }
 
 
