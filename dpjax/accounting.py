@@ -744,7 +744,9 @@ def parallel_pld(estimator: str, release: Release, per_batch: int = 1, *,
     worst = None
     for i in range(0, len(rows), per_batch):
         part = dataclasses.replace(release, noise=tuple(rows[i:i + per_batch]),
-                                   count=per_batch)
+                                   count=per_batch,
+                                   epsilons=tuple(release.epsilons[i:i + per_batch]),
+                                   deltas=tuple(release.deltas[i:i + per_batch]))
         led = Ledger.build(estimator, [part], "pld", variant=variant, relation=relation,
                            requested=requested, delta=delta, notes=notes)
         key = led.guarantee.rho if isinstance(led.guarantee, ZCDP) else led.approx_dp.epsilon

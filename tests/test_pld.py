@@ -21,7 +21,7 @@ from dp_accounting.pld import privacy_loss_distribution as pl
 
 import dpjax
 from dpjax import _pld, registry
-from dpjax.accounting import ApproxDP, Ledger, Release
+from dpjax.accounting import ApproxDP, Ledger, Release, parallel_pld
 from dpjax.base import Estimator
 from dpjax.mechanisms import (
     PrivacyEvent,
@@ -264,6 +264,21 @@ def test_pld_falls_back_and_says_so(monkeypatch):
     assert led.composition == "zcdp"
     assert any("not installed" in n and "'zcdp'" in n for n in led.notes)
     assert led.approx_dp == Ledger.build("g", rel, "zcdp", delta=1e-5).approx_dp
+
+
+@pytest.mark.parametrize("pld_installed", [True, False])
+def test_parallel_pld_composes_each_batch_alone(monkeypatch, pld_installed):
+    """A stream of 4 Laplace releases over 4 disjoint batches delivers one release's epsilon
+    (each record is in one batch), with or without dp_accounting (the fallback once composed
+    all four: 4x the epsilon)."""
+    ev = PrivacyEvent("laplace", jnp.asarray([1.0] * 4), jnp.asarray([5.0] * 4),
+                      jnp.asarray([1.0] * 4), jnp.asarray([0.0] * 4), "l1")
+    rel = Release.from_event(ev, "x")
+    if not pld_installed:
+        monkeypatch.setattr(_pld, "available", lambda: False)
+    led = parallel_pld("p", rel, requested=ApproxDP(0.2, 0.0), delta=0.0)
+    assert led.approx_dp.epsilon == pytest.approx(0.2, rel=1e-6)
+    assert led.composition == "parallel"
 
 
 def test_gaussian_releases_compose_exactly_without_dp_accounting(monkeypatch):

@@ -166,13 +166,15 @@ def peeling_epsilon_coord(epsilon: float, delta: float, s_hat: int) -> float:
     of ``2 epsilon_coord``-DP, ``s_hat`` Laplace coordinates) composes by PLD to at most
     ``(epsilon, delta)`` (:func:`dpjax._pld.peeling_ratio`, 0.999 of it), rounded down to
     float32; ``inf`` at epsilon = inf. Each iteration spends it on its own batch (parallel
-    composition). Needs dp_accounting (the ``[pld]`` extra)."""
+    composition). Without dp_accounting (the ``[pld]`` extra): NaN, i.e. not solved -- the
+    release then draws the ``"tight"`` per-release noise and its ledger says so."""
     _validate.check_int_in_range(s_hat, "s_hat", 1)
     if not math.isfinite(float(epsilon)):
         return math.inf
     if not _pld.available():
-        raise ValueError("calibration='pld' needs dp_accounting (pip install dpjax[pld]); "
-                         "use calibration='tight'")
+        # a plain install (no [pld] extra): unsolved, so the release falls back to the tight
+        # per-step bound's noise exactly, which the ledger's fallback composition proves
+        return math.nan
     r = np.float32(_pld.peeling_ratio(int(s_hat), 1, float(epsilon), float(delta)))
     return float(np.nextafter(r, np.float32(0)))  # float32, never above the solved ratio
 

@@ -257,14 +257,16 @@ def peeling_epsilon_coord(epsilon: float, delta: float, s: int, num_iterations: 
     epsilon ``Delta_inf / b`` whose ``T`` NoisyHT steps of ``s`` coordinates (``s T`` rounds of
     ``2 epsilon_coord``-DP, ``s T`` Laplace coordinates) compose by PLD to at most
     ``(epsilon, delta)`` (:func:`dpjax._pld.peeling_ratio`, 0.999 of it), rounded down to
-    float32; ``inf`` at epsilon = inf. Needs dp_accounting (the ``[pld]`` extra)."""
+    float32; ``inf`` at epsilon = inf. Without dp_accounting (the ``[pld]`` extra): NaN, i.e. not
+    solved -- the release then draws the ``"tight"`` per-step noise and its ledger says so."""
     _validate.check_int_in_range(s, "s", 1)
     _validate.check_int_in_range(num_iterations, "num_iterations", 1)
     if not math.isfinite(float(epsilon)):
         return math.inf
     if not _pld.available():
-        raise ValueError("calibration='pld' needs dp_accounting (pip install dpjax[pld]); "
-                         "use calibration='tight'")
+        # a plain install (no [pld] extra): unsolved, so the release falls back to the tight
+        # per-step bound's noise exactly, which the ledger's fallback composition proves
+        return math.nan
     r = np.float32(_pld.peeling_ratio(int(s), int(num_iterations), float(epsilon),
                                       float(delta)))
     return float(np.nextafter(r, np.float32(0)))  # float32, never above the solved ratio
