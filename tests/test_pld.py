@@ -179,19 +179,25 @@ def _registered_ledgers():
     return out
 
 
-@pytest.mark.parametrize("entry", _registered_ledgers(), ids=lambda e: e.name)
-def test_every_registered_estimator_pld_equals_dp_accounting(entry):
-    """Each registered estimator's releases, composed by ``"pld"``, give dp_accounting's PLD
-    epsilon of the same mechanism sequence (within 1%), never below its optimistic bound."""
+def _probe_ledgers(entry, levels=(0.5, 4.0)):
+    """``(hparams, ledger)`` at each level: the entry's own ledger, from the events of one run
+    on zero data of the example's shapes."""
     est, ex = entry.build(), entry.example()
     n = jax.tree_util.tree_leaves(ex.data)[0].shape[0]
     fn = calibrate_module._events_fn(est)
-    for level in (0.5, 4.0):
+    for level in levels:
         hp = jax.tree_util.tree_map(np.asarray, ex.hparams(level))
         events = jax.tree_util.tree_map(np.asarray, fn(
             calibrate_module._zeros_like(ex.data), est.init(ex.params0),
             jax.tree_util.tree_map(jnp.asarray, hp)))
-        led = est.ledger(n, hp, events)
+        yield hp, est.ledger(n, hp, events)
+
+
+@pytest.mark.parametrize("entry", _registered_ledgers(), ids=lambda e: e.name)
+def test_every_registered_estimator_pld_equals_dp_accounting(entry):
+    """Each registered estimator's releases, composed by ``"pld"``, give dp_accounting's PLD
+    epsilon of the same mechanism sequence (within 1%), never below its optimistic bound."""
+    for hp, led in _probe_ledgers(entry):
         if not led.is_private:
             continue
         if any(r.mechanism == "objective-perturbation" for r in led.releases):
@@ -404,15 +410,8 @@ def test_every_registered_default_ledger_is_dp_accountings_pld(entry):
 
 
 def _check_own_ledger(entry):
-    est, ex = entry.build(), entry.example()
-    n = jax.tree_util.tree_leaves(ex.data)[0].shape[0]
-    fn = calibrate_module._events_fn(est)
-    for level in (0.5, 4.0):
-        hp = jax.tree_util.tree_map(np.asarray, ex.hparams(level))
-        events = jax.tree_util.tree_map(np.asarray, fn(
-            calibrate_module._zeros_like(ex.data), est.init(ex.params0),
-            jax.tree_util.tree_map(jnp.asarray, hp)))
-        led = est.ledger(n, hp, events)
+    est = entry.build()
+    for _, led in _probe_ledgers(entry):
         delta = led.approx_dp.delta  # 0 for pure (local) DP: the exact sum, as dp_accounting's
         steps = est.num_steps
         _close(led.approx_dp.epsilon, _reference(led, delta, steps=steps),

@@ -199,7 +199,8 @@ def _adassp_ledger(n: int, hp: AdaSSPHyperparams, events) -> Ledger:
                         delta=delta, notes=notes)
 
 
-def _adassp_check(n: int, hp: AdaSSPHyperparams, dtype) -> None:
+def _ssp_check(n: int, hp: AdaSSPHyperparams | SSPLaplaceHyperparams, dtype) -> None:
+    """The bounds of both sufficient-statistics perturbations (AdaSSP and Laplace SSP)."""
     xb, yb = float(np.asarray(hp.x_bound)), float(np.asarray(hp.y_bound))
     if not math.isfinite(float(np.asarray(hp.epsilon))):
         return
@@ -218,7 +219,7 @@ def adassp() -> Estimator:
     hyperparameters :class:`AdaSSPHyperparams`. At epsilon = inf every noise is 0, the ridge
     is 0 and the estimate is ordinary least squares (no intercept)."""
     return Estimator("adassp", _init, _adassp_step, num_steps=1, batching="full",
-                     ledger=_adassp_ledger, check=_adassp_check)
+                     ledger=_adassp_ledger, check=_ssp_check)
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,14 +319,6 @@ def _ssp_laplace_ledger(n: int, hp: SSPLaplaceHyperparams, events) -> Ledger:
                         notes=notes)
 
 
-def _ssp_laplace_check(n: int, hp: SSPLaplaceHyperparams, dtype) -> None:
-    xb, yb = float(np.asarray(hp.x_bound)), float(np.asarray(hp.y_bound))
-    if not math.isfinite(float(np.asarray(hp.epsilon))):
-        return
-    _validate.check_noise_inputs("x_bound", xb, xb * xb, n * xb * xb, dtype)
-    _validate.check_noise_inputs("y_bound", yb, 2.0 * xb * yb, n * xb * yb, dtype)
-
-
 @functools.cache
 def ssp_laplace() -> Estimator:
     """Sufficient-statistics perturbation for linear regression with Laplace noise, pure
@@ -342,7 +335,7 @@ def ssp_laplace() -> Estimator:
     large ``d``. Data ``(x, y)``; hyperparameters :class:`SSPLaplaceHyperparams`. At epsilon
     = inf: ordinary least squares (no intercept)."""
     return Estimator("ssp-laplace", _init, _ssp_laplace_step, num_steps=1, batching="full",
-                     ledger=_ssp_laplace_ledger, check=_ssp_laplace_check)
+                     ledger=_ssp_laplace_ledger, check=_ssp_check)
 
 
 # --------------------------------------------------------------------------------------------
