@@ -74,11 +74,25 @@ class Sizes(NamedTuple):
     ``count`` are records, the rest is padding that must contribute nothing (to sums, to
     clipping, to sensitivities). ``count`` is public: it is fixed by the public ``n`` and the
     number of iterations, never by the data.
+
+    ``slots`` carries a runtime sparsity (padded forms with :attr:`Padded.sparsity`): an
+    ``(s_max,)`` mask whose first ``s`` entries are True, so its length is the static bound
+    ``s_max`` (shapes: the peeling's ``(s_max, d)`` draws) and :meth:`sparsity` the runtime
+    ``s``; ``None`` for every other padded form.
     """
 
     mask: jax.Array  # (m_pad,) bool: the rows that are records
     count: jax.Array  # () float: the public number of records (n0 = floor(n / T), or n)
     num_steps: jax.Array  # () int32: the run's number of iterations T (<= the scan's length)
+    slots: jax.Array | None = None  # (s_max,) bool: the first s True (a runtime sparsity s)
+
+    def sparsity(self, where: str = "a padded form with a runtime sparsity") -> tuple[Any, int]:
+        """``(s, s_max)``: the runtime sparsity (an int32 array) and its static bound, read off
+        :attr:`slots` (refused, naming ``where``, when the sizes carry none)."""
+        if self.slots is None:
+            raise ValueError(f"{where} reads its sparsity s at runtime: give Sizes(..., "
+                             "slots=jnp.arange(s_max) < s)")
+        return jnp.sum(self.slots, dtype=jnp.int32), int(self.slots.shape[0])
 
 
 class Padded(NamedTuple):
@@ -95,12 +109,19 @@ class Padded(NamedTuple):
             iterations, whatever the padded rows hold. It must not close over ``n`` or the
             number of iterations (settings that differ in them share it).
         batching: as :class:`Estimator`'s.
+        sparsity: ``None``, or the estimator's sparsity ``s`` where its padded form takes it
+            at runtime (the sparse estimators: peeling and top-``s`` with ``s_max=``): its
+            step reads ``s`` from ``sizes.slots`` (:meth:`Sizes.sparsity`) and its init is
+            ``init(params0, sizes)``; it must not close over ``s``, so estimators that differ
+            in it share the form but for this field (:mod:`dpjax.sweep` compiles it once per
+            bound ``s_max``, the largest ``s`` of a bucket, :func:`dpjax.sweep.plan_programs`).
     """
 
     family: str
     init: InitFn
     step: Callable[..., tuple[PyTree, PyTree]]
     batching: Literal["disjoint", "full"]
+    sparsity: int | None = None
 
 
 class Estimator(NamedTuple):

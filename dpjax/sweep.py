@@ -542,7 +542,8 @@ def _padded_digest(estimator, simulate, init, record, plan, draw_truth, final_on
     up to float round-off (tests/test_sweep_shared.py)."""
     rows = (plan.num_records // estimator.num_steps if estimator.batching == "disjoint"
             else plan.num_records)
-    program = Program(estimator.num_steps, rows, 1)
+    # a runtime sparsity at the setting's own s too (s_max = s: whatever the bucket's)
+    program = Program(estimator.num_steps, rows, 1, estimator.padded.sparsity)
     reps = jax.ShapeDtypeStruct((1,), jnp.uint32)
     data_fn = _shared_data_fn(simulate, init, plan, draw_truth, estimator.batching,
                               estimator.num_steps, program)
@@ -551,9 +552,11 @@ def _padded_digest(estimator, simulate, init, record, plan, draw_truth, final_on
     _hash_constants(closed, h, set())
     data, params0, truth_r, _ = jax.eval_shape(data_fn, reps, key, truth)
     count = jax.ShapeDtypeStruct((), jnp.int32)
-    closed = jax.make_jaxpr(_shared_alg_fn(estimator.padded, record, final_only, program.steps))(
+    sparsity = () if program.s_max is None else (count,)
+    closed = jax.make_jaxpr(_shared_alg_fn(estimator.padded, record, final_only, program.steps,
+                                           program.s_max))(
         reps, key, data, params0, truth_r, hparams, jax.ShapeDtypeStruct((1,), jnp.uint32),
-        count, count)
+        count, count, *sparsity)
     h.update(str(closed).encode())
     _hash_constants(closed, h, set())
 
@@ -670,7 +673,8 @@ def _ledger_digest(setting: Setting, level: dict[str, float], shapes: Any) -> st
 # algorithm program (the scan over iterations, vmapped over levels and repetitions), shared by
 # every setting with the same padded form, record, data shapes but for the number of records,
 # and padded sizes (:class:`Program`): ``n``, ``n0`` and the number of iterations reach it as
-# runtime values, with a row mask.
+# runtime values, with a row mask, and so does the sparsity ``s`` of a sparse estimator
+# (:attr:`dpjax.base.Padded.sparsity`), below the program's static bound ``s_max``.
 
 #: the largest padded data set of one repetition the shared path materialises (bytes); a
 #: larger setting keeps its own program, which can generate its batches inside the scan
@@ -688,11 +692,15 @@ class Program:
             (full), at least the setting's; the padding is masked.
         levels: the privacy levels of one call (a setting with more runs them in groups; the
             last group is filled with copies of its first level, whose results are dropped).
+        s_max: the bound of a runtime sparsity (padded forms with
+            :attr:`dpjax.base.Padded.sparsity`: at least the setting's ``s``; the peeling's
+            rounds past it select nothing); ``None`` for the others.
     """
 
     steps: int
     rows: int
     levels: int
+    s_max: int | None = None
 
 
 def _data_rows(setting: Setting) -> int:
@@ -718,11 +726,24 @@ def _record_shapes(setting: Setting, truth: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), block)
 
 
+def _shared_form(padded: Any) -> Any:
+    """A padded form as its settings share it: without its runtime sparsity (the settings of
+    one form that differ in ``s`` share a program, compiled for the bound ``s_max``)."""
+    return padded if padded.sparsity is None else padded._replace(sparsity=None)
+
+
+def _sparsity(setting: Setting) -> int | None:
+    """The setting's runtime sparsity ``s`` (:attr:`dpjax.base.Padded.sparsity`), else None."""
+    padded = getattr(setting.estimator, "padded", None)
+    return None if padded is None else padded.sparsity
+
+
 def shape_family(setting: Setting) -> tuple | None:
     """What a setting's shared program is compiled for, but for the padded sizes: the padded
-    form of its estimator, its record, whether only the final iterate is kept, the shapes of a
-    record of data (all but the row axis), of the start values and of the truth. ``None``: the
-    estimator has no padded form (one program per setting, as :func:`make_kernel`)."""
+    form of its estimator (without its runtime sparsity, :attr:`dpjax.base.Padded.sparsity`),
+    its record, whether only the final iterate is kept, the shapes of a record of data (all
+    but the row axis), of the start values and of the truth. ``None``: the estimator has no
+    padded form (one program per setting, as :func:`make_kernel`)."""
     est = setting.estimator
     if getattr(est, "padded", None) is None:
         return None
@@ -730,7 +751,7 @@ def shape_family(setting: Setting) -> tuple | None:
     key = jax.random.key(0)
     row = _record_shapes(setting, truth)
     params0 = jax.eval_shape(lambda k: setting.init(k, truth), key)
-    return (est.padded, setting.record, setting.final_only, setting.hparams_type,
+    return (_shared_form(est.padded), setting.record, setting.final_only, setting.hparams_type,
             _row_shapes(row), _row_shapes(params0), _row_shapes(truth))
 
 
@@ -745,7 +766,8 @@ def _rep_data_bytes(setting: Setting, program: Program) -> int:
 
 def own_program(setting: Setting) -> Program:
     """A setting's sizes as they are (no padding)."""
-    return Program(setting.estimator.num_steps, _data_rows(setting), len(setting.levels))
+    return Program(setting.estimator.num_steps, _data_rows(setting), len(setting.levels),
+                   _sparsity(setting))
 
 
 def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
@@ -757,7 +779,11 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
     twice its own (geometric buckets: padding never more than doubles a setting's work). A
     bucket's scan runs its longest setting's number of iterations (the others skip the rest,
     at no cost) and its calls carry as many levels as its setting with the fewest (so no
-    setting computes more levels than it has, but for filling its last group). A setting
+    setting computes more levels than it has, but for filling its last group); where the
+    padded form takes a runtime sparsity (:attr:`dpjax.base.Padded.sparsity`), settings that
+    differ in ``s`` share the bucket, whose bound ``s_max`` is its largest ``s`` (the
+    peeling's extra rounds select nothing: ``O(s_max d)`` per step, small beside the data's
+    ``O(rows d)``). A setting
     whose padded data (its own steps at the bucket's rows) would exceed
     :data:`SHARED_MAX_REP_BYTES` per repetition is left out, before the bucket's steps are
     read off the others, and so is a setting alone in its bucket (its own kernel is one
@@ -780,8 +806,10 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
             fits = [s for s in bucket if _rep_data_bytes(
                 s, Program(s.estimator.num_steps, top, 1)) <= SHARED_MAX_REP_BYTES]
             if len(fits) > 1:  # one setting alone gains nothing: it keeps its own kernel
+                sparse = [_sparsity(s) for s in fits if _sparsity(s) is not None]
                 prog = Program(max(s.estimator.num_steps for s in fits), top,
-                               min(len(s.levels) for s in fits))
+                               min(len(s.levels) for s in fits),
+                               max(sparse) if sparse else None)
                 out.update((s.key, prog) for s in fits)
     return out
 
@@ -824,21 +852,31 @@ def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, progr
     return chunk
 
 
-def _shared_alg_fn(padded, record, final_only, steps):
+def _shared_alg_fn(padded, record, final_only, steps, s_max=None):
     """All levels of a chunk of repetitions through the padded estimator: the record with
     axes ``(C, L, steps + 1)`` (``(C, L, 2)`` with ``final_only``) and the events
-    ``(C, L, steps)``."""
+    ``(C, L, steps)``. ``s_max``: the bound of a runtime sparsity, which the program then
+    takes as a last argument (the setting's ``s``, an int32 scalar)."""
 
-    def one(r, noise_key, data, params0, truth, hparams, ids, count, num_steps):
+    def one(r, noise_key, data, params0, truth, hparams, ids, count, num_steps, *sparsity):
         noise_key_r = jax.random.fold_in(_as_typed_key(noise_key), r)
         level_keys = jax.vmap(jax.random.fold_in, (None, 0))(noise_key_r, ids)
         num_levels = ids.shape[0]
-        state0 = jax.tree_util.tree_map(
-            lambda x: jnp.broadcast_to(x, (num_levels,) + jnp.shape(x)), padded.init(params0))
         rows = jax.tree_util.tree_leaves(data)[0].shape[1 if padded.batching == "disjoint"
                                                           else 0]
-        sizes = Sizes(jnp.arange(rows) < count, count.astype(jnp.result_type(float)),
-                      num_steps)
+
+        def broadcast(state):
+            return jax.tree_util.tree_map(
+                lambda x: jnp.broadcast_to(x, (num_levels,) + jnp.shape(x)), state)
+
+        if s_max is None:
+            state0 = broadcast(padded.init(params0))
+            sizes = Sizes(jnp.arange(rows) < count, count.astype(jnp.result_type(float)),
+                          num_steps)
+        else:  # a runtime sparsity: the init thresholds with it too
+            sizes = Sizes(jnp.arange(rows) < count, count.astype(jnp.result_type(float)),
+                          num_steps, jnp.arange(s_max) < sparsity[0])
+            state0 = broadcast(padded.init(params0, sizes))
 
         def record_step(state, info):
             return record(state, truth), info.events
@@ -860,9 +898,11 @@ def _shared_alg_fn(padded, record, final_only, steps):
             out[f"{EVENT_PREFIX}{i}"] = leaf
         return out
 
-    def chunk(reps, noise_key, data, params0, truth, hparams, ids, count, num_steps):
-        return jax.vmap(one, in_axes=(0, None, 0, 0, 0, None, None, None, None))(
-            reps, noise_key, data, params0, truth, hparams, ids, count, num_steps)
+    def chunk(reps, noise_key, data, params0, truth, hparams, ids, count, num_steps,
+              *sparsity):
+        return jax.vmap(one, in_axes=(0, None, 0, 0, 0, None, None, None, None)
+                        + (None,) * len(sparsity))(
+            reps, noise_key, data, params0, truth, hparams, ids, count, num_steps, *sparsity)
 
     return chunk
 
@@ -886,19 +926,24 @@ def make_shared_kernels(setting: Setting, program: Program, num_devices: int = 1
     (data, params0, truth, nonfinite (C,))`` (padded to ``program``; ``nonfinite``: 1 where a
     repetition's drawn data hold a NaN or infinite entry, see :data:`NONFINITE_DATA`) and its
     family's algorithm program ``(reps, noise_key, data, params0, truth, hparams (L,),
-    ids (L,), count, num_steps)`` -> record ``(C, L, program.steps + 1)``, shared by every
-    setting of the family at these sizes (cached: a study compiles it once)."""
+    ids (L,), count, num_steps[, s])`` -> record ``(C, L, program.steps + 1)``, shared by every
+    setting of the family at these sizes (cached: a study compiles it once; ``s``: the
+    setting's runtime sparsity, with ``program.s_max``)."""
     est = setting.estimator
     data_key = (setting.simulate, setting.init, setting.plan, setting.draw_truth,
                 est.batching, est.num_steps, program, num_devices)
     if data_key not in _DATA_KERNELS:
         _DATA_KERNELS[data_key] = _jit_over_reps(_shared_data_fn(*data_key[:-1]), num_devices,
                                                  (True, False, False))
-    alg_key = (est.padded, setting.record, setting.final_only, program.steps, num_devices)
+    form = _shared_form(est.padded)
+    alg_key = (form, setting.record, setting.final_only, program.steps, program.s_max,
+               num_devices)
     if alg_key not in _KERNELS:
         _KERNELS[alg_key] = _jit_over_reps(
-            _shared_alg_fn(est.padded, setting.record, setting.final_only, program.steps),
-            num_devices, (True, False, True, True, True, False, False, False, False))
+            _shared_alg_fn(form, setting.record, setting.final_only, program.steps,
+                           program.s_max),
+            num_devices, (True, False, True, True, True, False, False, False, False)
+            + (() if program.s_max is None else (False,)))
     return _DATA_KERNELS[data_key], _KERNELS[alg_key]
 
 
@@ -1306,6 +1351,7 @@ class _SharedRunner(_SettingRunner):
               num_devices: int | None, tally: Callable[..., None] | None) -> _SharedRunner:
         devices = len(jax.devices()) if num_devices is None else num_devices
         devices = max(1, min(devices, chunk_size))
+        program = _checked_sparsity(setting, program)
         data_kernel, kernel = make_shared_kernels(setting, program, devices)
         data_key, noise_key = (
             np.asarray(jax.random.key_data(k))
@@ -1319,8 +1365,9 @@ class _SharedRunner(_SettingRunner):
     @property
     def program_id(self) -> str:
         p, est = self.program, self.setting.estimator
+        sparse = "" if p.s_max is None else f"s_max={p.s_max}, "
         return (f"{est.padded.family} [steps={p.steps}, rows={p.rows}, levels={p.levels}, "
-                f"{describe_function(self.setting.record).split(' ')[0]}"
+                f"{sparse}{describe_function(self.setting.record).split(' ')[0]}"
                 f"{', final only' if self.setting.final_only else ''}]")
 
     def _call(self, start: int, hparams: Any, ids: Any) -> dict[str, np.ndarray]:
@@ -1330,6 +1377,7 @@ class _SharedRunner(_SettingRunner):
                                                      setting.fixed_truth)
         count = np.int32(_data_rows(setting))
         num_steps = np.int32(setting.estimator.num_steps)
+        sparsity = () if prog.s_max is None else (np.int32(_sparsity(setting)),)
         total = len(ids)
         group = min(prog.levels, total)  # fewer levels asked: no copies computed
         parts = []
@@ -1338,7 +1386,7 @@ class _SharedRunner(_SettingRunner):
             pick = np.where(pick < total, pick, g)  # fill the last group with its first level
             hp = jax.tree_util.tree_map(functools.partial(_take_levels, pick=pick), hparams)
             res = self.kernel(reps_in, self.noise_key, data, params0, truth, hp,
-                              np.asarray(ids)[pick], count, num_steps)
+                              np.asarray(ids)[pick], count, num_steps, *sparsity)
             if self.multi:
                 from jax.experimental import multihost_utils
 
@@ -1359,6 +1407,24 @@ class _SharedRunner(_SettingRunner):
         out[NONFINITE_DATA] = np.broadcast_to(
             np.asarray(jax.device_get(bad))[:, None], (len(bad), total)).copy()
         return out
+
+
+def _checked_sparsity(setting: Setting, program: Program) -> Program:
+    """``program`` with the bound of the setting's runtime sparsity: its own ``s`` where the
+    program names none; refused where the bound is below ``s`` or the form has no runtime
+    sparsity."""
+    s = _sparsity(setting)
+    if s is None:
+        if program.s_max is not None:
+            raise ValueError(f"program.s_max: setting {setting.key!r}'s padded form takes no "
+                             f"runtime sparsity; give s_max=None (got {program.s_max})")
+        return program
+    if program.s_max is None:
+        return dataclasses.replace(program, s_max=s)
+    if program.s_max < s:
+        raise ValueError(f"program.s_max must be at least setting {setting.key!r}'s sparsity "
+                         f"s = {s}; got {program.s_max}")
+    return program
 
 
 def _rep_indices(start: int, padded: int, sharding: Any) -> Any:

@@ -130,14 +130,16 @@ def test_plan_programs_buckets_geometrically():
     sets = [_em_setting(n, 20) for n in (300, 400, 500, 2000)]
     sets.append(_em_setting(400, 20, eps=(0.5, 1.0, 2.0, INF)))  # 4 levels
     sets[-1] = sets[-1].__class__(**{**sets[-1].__dict__, "key": "four-levels"})
-    sets.append(_em_setting(400, 20, s=4))  # another sparsity: another family
+    sets.append(_em_setting(400, 20, method="ld-dp-em"))  # another family
     sets.append(_em_setting(2500, 20))  # rows 312: shares with n = 2000, not with the rest
+    sets.append(_em_setting(400, 20, s=4))  # another sparsity: the same family, at runtime
     progs = sweep.plan_programs(sets)
-    small = [progs[s.key] for s in sets[:3]] + [progs["four-levels"]]
+    small = [progs[s.key] for s in sets[:3]] + [progs["four-levels"], progs[sets[7].key]]
     assert len(set(small)) == 1
-    assert small[0] == sweep.Program(steps=7, rows=71, levels=2)  # the largest rows and steps
+    # the largest rows, steps and sparsity
+    assert small[0] == sweep.Program(steps=7, rows=71, levels=2, s_max=4)
     assert progs[sets[3].key] == progs[sets[6].key] == sweep.Program(steps=8, rows=312,
-                                                                      levels=2)
+                                                                      levels=2, s_max=3)
     assert sets[5].key not in progs  # another family, alone in it: its own kernel
     for s in progs:  # padding never more than doubles a setting's rows
         st = next(x for x in sets if x.key == s)
@@ -241,8 +243,11 @@ def _adversarial(rows, cols):
     return np.resize(vals, (rows, cols)) if cols else np.resize(vals, (rows,))
 
 
-def _sizes(real, pad, steps):
-    return base.Sizes(jnp.arange(real + pad) < real, jnp.float32(real), jnp.int32(steps))
+def _sizes(real, pad, steps, s=None, s_max=None):
+    """Sizes of ``real`` rows padded by ``pad``; ``s``: a runtime sparsity, bound ``s_max``
+    (default ``s``)."""
+    slots = None if s is None else jnp.arange(s if s_max is None else s_max) < s
+    return base.Sizes(jnp.arange(real + pad) < real, jnp.float32(real), jnp.int32(steps), slots)
 
 
 @pytest.mark.parametrize("method", ["hd-dp-em", "ld-dp-em"])
@@ -256,7 +261,8 @@ def test_padded_rows_change_nothing_in_dp_em(method):
     hp = dp_em.DPEMHyperparams(*map(jnp.float32, (0.7, 1 / 400, 0.5, 2.0)))
     state = est.init(0.9 * beta)
     want, info_w = est.step(jax.random.key(1), state, batch, hp)
-    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n0, pad, 4))
+    sizes = _sizes(n0, pad, 4, 2 if method == "hd-dp-em" else None)
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, sizes)
     np.testing.assert_allclose(got.beta, want.beta, rtol=1e-6, atol=1e-7)
     assert np.isfinite(np.asarray(got.beta)).all()
     for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
@@ -450,7 +456,7 @@ def test_padded_rows_change_nothing_in_noisy_iht(split):
     hp = dp_glm.GLMHyperparams(*map(jnp.float32, (0.9, 1 / (2 * n), 1.0, 1.0, 0.0)))
     state = est.init(0.5 * beta)
     want, info_w = est.step(jax.random.key(1), state, data, hp)
-    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n, pad, T))
+    got, info_g = est.padded.step(jax.random.key(1), state, padded, hp, _sizes(n, pad, T, s))
     np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(info_g.support, info_w.support)
     for a, b in zip(jax.tree_util.tree_leaves(info_g.events),

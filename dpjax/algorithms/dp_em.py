@@ -122,7 +122,9 @@ class DPEMState(NamedTuple):
 
 class DPEMInfo(NamedTuple):
     noise_scale: jax.Array  # () Laplace scale (noisy-ht) or Gaussian sigma (gaussian); 0 if none
-    support: jax.Array  # (s_hat,) int32 selected coordinates; (0,) for the low-dim privatisers
+    # (s_hat,) int32 selected coordinates; (0,) for the low-dim privatisers; the padded form's:
+    # (s_max,), entries from s_hat on d (no coordinate, see dpjax.mechanisms.Peeled)
+    support: jax.Array
     events: tuple[PrivacyEvent]  # the step's one release (kind "none" for the baselines)
 
 
@@ -186,7 +188,12 @@ def peeling_epsilon_coord(epsilon: float, delta: float, s_hat: int) -> float:
 
 def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                calibration: Calibration = "paper"):
+    """The step; ``s_hat = None`` for a sparse privatiser: the padded form's, with ``s_hat`` at
+    runtime from ``sizes.slots`` (the peeling and top-``s`` with ``s_max``)."""
+    runtime_s = s_hat is None and privatiser in ("noisy-ht", "top-s")
+
     def step(key, state: DPEMState, batch, hp: DPEMHyperparams, sizes=None):
+        s, s_max = sizes.sparsity(_NAMES[privatiser]) if runtime_s else (s_hat, None)
         beta = state.beta
         zero = jnp.zeros((), beta.dtype)
         no_support = jnp.zeros((0,), jnp.int32)
@@ -199,12 +206,13 @@ def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
             stat = stat.scale(hp.eta).shift(beta)  # beta^{t+0.5}, lambda_t = eta * sens(f_T)
             if privatiser == "noisy-ht":
                 # unsolved (NaN): the per-release bound's scale; inf at epsilon = inf
-                coord = peeling_coordinate_epsilon(hp.epsilon_coord, s_hat, hp.epsilon,
+                coord = peeling_coordinate_epsilon(hp.epsilon_coord, s, hp.epsilon,
                                                    hp.delta)
-                peeled = (noisy_hard_threshold(key, stat, s_hat, coord, hp.delta,
-                                               "per-coordinate") if calibration == "pld" else
-                          noisy_hard_threshold(key, stat, s_hat, hp.epsilon, hp.delta,
-                                               calibration))
+                peeled = (noisy_hard_threshold(key, stat, s, coord, hp.delta,
+                                               "per-coordinate", s_max=s_max)
+                          if calibration == "pld" else
+                          noisy_hard_threshold(key, stat, s, hp.epsilon, hp.delta,
+                                               calibration, s_max=s_max))
                 ev = peeled.event
                 return DPEMState(peeled.value), DPEMInfo(ev.scale.astype(beta.dtype),
                                                          peeled.support, (ev,))
@@ -222,7 +230,7 @@ def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                                                   count=sizes.count.astype(beta.dtype))
         events = (no_privacy_event("linf"),)
         if privatiser == "top-s":
-            peeled = hard_threshold(half, s_hat)
+            peeled = hard_threshold(half, s, s_max=s_max)
             return DPEMState(peeled.value), DPEMInfo(zero, peeled.support, events)
         return DPEMState(half), DPEMInfo(zero, no_support, events)
 
@@ -270,14 +278,34 @@ def _build(
 @functools.lru_cache(maxsize=512)
 def _padded(model: EMModel, privatiser: Privatiser, s_hat: int | None,
             calibration: Calibration, batching: str = "disjoint") -> Padded | None:
-    """The padded form (one program for every ``n`` and ``N0``): the step reads nothing of
-    ``n`` or ``N0`` but its data's count (``n0``, or ``n`` for the twins on all data), so it is
-    the same step with the model's masked statistic; ``None`` where the model's statistics
-    take no mask."""
+    """The padded form (one program for every ``n``, ``N0`` and ``s_hat``): the step reads
+    nothing of ``n`` or ``N0`` but its data's count (``n0``, or ``n`` for the twins on all
+    data), so it is the same step with the model's masked statistic; the sparse privatisers
+    (hd-dp-em, truncated-em) take ``s_hat`` at runtime too (:attr:`Padded.sparsity`: the
+    peeling's and top-``s``'s ``s_max`` is the program's), in one form shared by every
+    ``s_hat`` but for that field; ``None`` where the model's statistics take no mask."""
     if not getattr(model, "supports_mask", False):
         return None
+    if privatiser in ("noisy-ht", "top-s"):
+        return _padded_sparse(model, privatiser, calibration, batching)._replace(
+            sparsity=s_hat)
     return Padded(f"{_NAMES[privatiser]}/{model.name}[s={s_hat},{calibration},{batching}]",
                   _init, _make_step(model, privatiser, s_hat, calibration), batching)
+
+
+@functools.lru_cache(maxsize=512)
+def _padded_sparse(model: EMModel, privatiser: Privatiser, calibration: Calibration,
+                   batching: str) -> Padded:
+    """The sparse privatisers' padded form, with ``s_hat`` at runtime (one object for every
+    ``s_hat``: the sweep's cache key)."""
+    return Padded(f"{_NAMES[privatiser]}/{model.name}[{calibration},{batching}]",
+                  _init_padded, _make_step(model, privatiser, None, calibration), batching)
+
+
+def _init_padded(beta0: Any, sizes: Any) -> DPEMState:
+    """The sparse padded form's init (``init(params0, sizes)``): the start, as :func:`_init`."""
+    del sizes  # the start is not thresholded (hd_dp_em's fits check its support)
+    return _init(beta0)
 
 
 def _check(model: EMModel, num_iterations: int, n: int, hp: DPEMHyperparams, dtype) -> None:

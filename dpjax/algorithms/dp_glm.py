@@ -187,7 +187,9 @@ class GLMState(NamedTuple):
 
 class GLMInfo(NamedTuple):
     noise_scale: jax.Array  # () Gaussian sigma_t (Alg 1) or Laplace b (Alg 5); 0 if none
-    support: jax.Array  # (s,) int32 selected coordinates (Alg 5, IHT); (0,) otherwise
+    # (s,) int32 selected coordinates (Alg 5, IHT); (0,) otherwise; Alg 5's padded form:
+    # (s_max,), entries from s on d (no coordinate, see dpjax.mechanisms.Peeled)
+    support: jax.Array
     events: tuple[PrivacyEvent]  # the step's one release (kind "none" for the twins)
 
 
@@ -505,16 +507,20 @@ def _make_noisy_gd_step(model: GLM, T: int | None, calibration: Calibration, mar
     return step
 
 
-def _make_noisy_iht_step(model: GLM, T: int | None, s: int, margin: float, split: bool,
+def _make_noisy_iht_step(model: GLM, T: int | None, s: int | None, margin: float, split: bool,
                          calibration: str = "paper"):
     """Algorithm 5's step; ``T = None``: the padded form's, with ``T`` and ``n`` from the
-    runtime ``sizes`` (:class:`dpjax.base.Padded`). Under ``"pld"`` every step's peeling noise
-    is set by ``hp.epsilon_coord`` (the per-coordinate epsilon solved on the host)."""
+    runtime ``sizes`` (:class:`dpjax.base.Padded`), and ``s = None`` its sparsity too (from
+    ``sizes.slots``: the peeling's ``s_max`` is the program's). Under ``"pld"`` every step's
+    peeling noise is set by ``hp.epsilon_coord`` (the per-coordinate epsilon solved on the
+    host)."""
     def step(key, state: GLMState, data, hp: GLMHyperparams, sizes=None):
+        s_run, s_max = (s, None) if s is not None else sizes.sparsity("alg5-noisy-iht")
         beta = state.beta
         # beta has at most s non-zeros (beta0 is checked, then peeling keeps s): the
-        # predictors read only those s columns of the design
-        support = jax.lax.top_k(jnp.abs(beta), s)[1]
+        # predictors read only those s columns of the design (a runtime s: the top s_max,
+        # whose extra columns meet zeros of beta and add exact zeros)
+        support = jax.lax.top_k(jnp.abs(beta), s if s is not None else s_max)[1]
         if sizes is None:
             grad = model.clipped_gradient(beta, data, hp.truncation, "linf", support=support)
             T_run = T
@@ -526,11 +532,13 @@ def _make_noisy_iht_step(model: GLM, T: int | None, s: int, margin: float, split
         stat = with_sensitivity_margin(grad, margin).scale(-hp.eta).shift(beta)
         k = T_run if split else 1
         if calibration == "pld":  # unsolved (NaN): the per-step bound's; inf at epsilon = inf
-            coord = peeling_coordinate_epsilon(hp.epsilon_coord, s, hp.epsilon / k, hp.delta / k)
-            peeled = noisy_hard_threshold(key, stat, s, coord, hp.delta / k, "per-coordinate")
+            coord = peeling_coordinate_epsilon(hp.epsilon_coord, s_run, hp.epsilon / k,
+                                               hp.delta / k)
+            peeled = noisy_hard_threshold(key, stat, s_run, coord, hp.delta / k,
+                                          "per-coordinate", s_max=s_max)
         else:
-            peeled = noisy_hard_threshold(key, stat, s, hp.epsilon / k, hp.delta / k,
-                                          calibration)
+            peeled = noisy_hard_threshold(key, stat, s_run, hp.epsilon / k, hp.delta / k,
+                                          calibration, s_max=s_max)
         ev = peeled.event
         return GLMState(peeled.value), GLMInfo(ev.scale.astype(beta.dtype), peeled.support,
                                                (ev,))
@@ -568,6 +576,12 @@ def _sparse_init(s: int, beta0: Any) -> GLMState:
     """Algorithm 5's start: at most ``s`` non-zeros, the invariant its step relies on (a
     denser ``beta0`` keeps its ``s`` largest entries; :func:`fit_sparse_dp_glm` refuses one)."""
     return GLMState(hard_threshold(_init(beta0).beta, s).value)
+
+
+def _sparse_init_padded(beta0: Any, sizes: Any) -> GLMState:
+    """:func:`_sparse_init` of the padded form (``init(params0, sizes)``): ``s`` at runtime."""
+    s, s_max = sizes.sparsity("alg5-noisy-iht")
+    return GLMState(hard_threshold(_init(beta0).beta, s, s_max=s_max).value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,17 +685,24 @@ def _build_noisy_iht(model: GLM, s: int, T: int, b: float, split: bool,
     )
 
 
-@functools.lru_cache(maxsize=256)
 def _padded_noisy_iht(model: GLM, s: int, b: float, split: bool, calibration: str
                       ) -> Padded | None:
-    """Algorithm 5 with ``n`` and ``T`` as runtime values (one program for every ``n`` and
-    ``T`` at a sparsity ``s``): the step's only uses of them are the gradient's count and the
-    per-step split of the budget."""
+    """Algorithm 5 with ``n``, ``T`` and ``s`` as runtime values (one program for every ``n``,
+    ``T`` and ``s`` up to the program's ``s_max``): the step's only uses of ``n`` and ``T``
+    are the gradient's count and the per-step split of the budget; ``s`` sets the peeling
+    (its scale, its rounds) and the start's thresholding (:attr:`Padded.sparsity`)."""
+    form = _padded_noisy_iht_shared(model, b, split, calibration)
+    return None if form is None else form._replace(sparsity=s)
+
+
+@functools.lru_cache(maxsize=256)
+def _padded_noisy_iht_shared(model: GLM, b: float, split: bool, calibration: str
+                             ) -> Padded | None:
     if not getattr(model, "supports_mask", False):
         return None
-    return Padded(f"alg5-noisy-iht{'' if split else '[unsplit]'}[s={s},{calibration}]/"
-                  f"{model.name}", functools.partial(_sparse_init, s),
-                  _make_noisy_iht_step(model, None, s, b / 2.0, split, calibration), "full")
+    return Padded(f"alg5-noisy-iht{'' if split else '[unsplit]'}[{calibration}]/"
+                  f"{model.name}", _sparse_init_padded,
+                  _make_noisy_iht_step(model, None, None, b / 2.0, split, calibration), "full")
 
 
 def _check(model: GLM, b: float, d: int, n: int, hp: GLMHyperparams, dtype) -> None:

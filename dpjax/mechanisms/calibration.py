@@ -62,11 +62,11 @@ def epsilon_constant(kind: str, delta: Any = 0.0, s: int = 1, log_constant: floa
       ``c = log_constant`` (1.25, Dwork & Roth Thm A.1; proven for epsilon <= 1; spec 003 prints
       ``c = 2``). The ledger does not invert it: it reads Gaussian releases off the exact curve;
     * ``"noisy-ht"``: ``K = 2 sqrt(3 s log(1 / delta))`` (Dwork, Su & Zhang 2018; spec 000
-      Alg 1, spec 003 Alg 3).
+      Alg 1, spec 003 Alg 3). ``s`` may be an array (a runtime sparsity, traced or not).
     """
     if kind in ("laplace", "discrete-laplace", "ldp-randomizer"):  # pure epsilon-DP kinds
         return 1.0
-    xp = _xp(delta)
+    xp = _xp(delta, s)
     if kind == "gaussian":
         return xp.sqrt(2.0 * xp.log(log_constant / xp.asarray(delta, dtype=float)))
     if kind == "noisy-ht":
@@ -242,8 +242,8 @@ def _advanced_ratio_bound(r, s: int, log_inv_delta, xp):
 def _proven_peeling_ratio(s: int, epsilon: Any, delta: Any) -> Any:
     """The largest ``r = lambda / b`` whose NoisyHT release is (epsilon, delta)-DP by
     :func:`dpjax.accounting.peeling_epsilon` (basic or advanced composition), conservative by
-    a relative 1e-5."""
-    host = _is_host(epsilon, delta)
+    a relative 1e-5. ``s`` may be an array (a runtime sparsity)."""
+    host = _is_host(epsilon, delta, s)
     xp = np if host else jnp
     dt = np.float64 if host else jnp.result_type(float)
     eps = xp.asarray(epsilon, dt)
@@ -270,7 +270,7 @@ def _proven_peeling_ratio(s: int, epsilon: Any, delta: Any) -> Any:
 PEELING_CALIBRATIONS: tuple[str, ...] = ("paper", "tight", "per-coordinate")
 
 
-def peeling_multiplier(s: int, epsilon: Any, delta: Any, calibration: str = "paper") -> Any:
+def peeling_multiplier(s: Any, epsilon: Any, delta: Any, calibration: str = "paper") -> Any:
     """NoisyHT Laplace scale per unit of l-infinity sensitivity.
 
     * ``"paper"``: the papers' ``2 sqrt(3 s log(1/delta)) / epsilon`` (Dwork, Su & Zhang 2018;
@@ -284,11 +284,14 @@ def peeling_multiplier(s: int, epsilon: Any, delta: Any, calibration: str = "pap
     * ``"per-coordinate"``: ``epsilon`` *is* the per-coordinate epsilon ``r = Delta_inf / b``
       of the Laplace noise, solved elsewhere (e.g. on the host for a whole run's PLD
       composition, :func:`dpjax._pld.peeling_ratio`): ``1 / epsilon``; ``delta`` is unused.
+
+    ``s`` is an int or an integer array (a runtime sparsity, e.g. traced in a padded program:
+    :func:`~dpjax.mechanisms.noisy_hard_threshold` with ``s_max``); the value is the same.
     """
     _validate.check_choice(calibration, "calibration", PEELING_CALIBRATIONS)
     if calibration == "per-coordinate":
         return laplace_multiplier(epsilon)
-    xp = _xp(epsilon, delta)
+    xp = _xp(epsilon, delta, s)
     paper = epsilon_constant("noisy-ht", delta, s) / xp.asarray(epsilon, dtype=float)
     proven = 1.0 / _proven_peeling_ratio(s, epsilon, delta)
     finite = xp.isfinite(xp.asarray(epsilon, dtype=float))
@@ -297,13 +300,14 @@ def peeling_multiplier(s: int, epsilon: Any, delta: Any, calibration: str = "pap
     return xp.where(finite, xp.maximum(paper, proven), paper)
 
 
-def peeling_coordinate_epsilon(epsilon_coord: Any, s: int, epsilon: Any, delta: Any) -> Any:
+def peeling_coordinate_epsilon(epsilon_coord: Any, s: Any, epsilon: Any, delta: Any) -> Any:
     """The per-coordinate epsilon a ``"per-coordinate"`` NoisyHT release is drawn at:
     ``epsilon_coord`` (solved elsewhere, e.g. on the host by PLD), or where it is NaN (not
     solved) the ``"tight"`` calibration's at ``(epsilon, delta)`` (the per-release bound's
     least noise: private, and the ledger reads what it delivers); ``inf`` at
-    ``epsilon = inf`` (no noise), whatever ``epsilon_coord`` holds."""
-    xp = _xp(epsilon_coord, epsilon, delta)
+    ``epsilon = inf`` (no noise), whatever ``epsilon_coord`` holds. ``s`` as in
+    :func:`peeling_multiplier`."""
+    xp = _xp(epsilon_coord, epsilon, delta, s)
     eps = xp.asarray(epsilon, dtype=float)
     with np.errstate(divide="ignore"):  # 1 / 0 = inf at epsilon = inf (host inputs)
         tight = 1.0 / peeling_multiplier(s, epsilon, delta, "tight")
@@ -340,7 +344,7 @@ def gaussian_sigma_zcdp(sensitivity_l2: Any, rho: Any) -> Any:
     return noise_scale(sensitivity_l2, gaussian_multiplier_zcdp(rho))
 
 
-def peeling_scale(sensitivity_linf: Any, s: int, epsilon: Any, delta: Any,
+def peeling_scale(sensitivity_linf: Any, s: Any, epsilon: Any, delta: Any,
                   calibration: str = "paper") -> Any:
     """NoisyHT Laplace scale ``b = Delta_inf * peeling_multiplier(s, epsilon, delta, calibration)``
     (for ``"paper"``, ``Delta_inf 2 sqrt(3 s log(1/delta)) / epsilon``)."""

@@ -26,23 +26,63 @@ class Peeled(NamedTuple):
     """Output of (noisy) hard thresholding."""
 
     value: jax.Array  # (d,) exactly s non-zeros (almost surely), zeros elsewhere
-    support: jax.Array  # (s,) int32, selected coordinates in order of selection
+    # (s,) int32, selected coordinates in order of selection; with a runtime s (s_max=),
+    # (s_max,) whose entries from s on are d: no coordinate (out of range, so a scatter in
+    # JAX's default mode drops them, and `support < d` masks them)
+    support: jax.Array
     event: PrivacyEvent | None = None  # the release's privacy event (None: exact top-s)
 
 
-def hard_threshold(v: jax.Array, s: int) -> Peeled:
+def _runtime_s(s: Any, s_max: Any, d: int, where: str) -> tuple[jax.Array, int]:
+    """``(s as an int32 array, s_max)`` of a runtime-sparsity call: ``s_max`` a static int in
+    ``[1, d]``; ``s`` an integer scalar, checked to lie in ``[1, s_max]`` where it is concrete
+    (a traced ``s`` is the caller's to keep there: the padded programs read it off their
+    plan)."""
+    if isinstance(s_max, bool) or not isinstance(s_max, int | np.integer) \
+            or not 1 <= s_max <= d:
+        raise ValueError(f"{where}: s_max must be a static integer in [1, {d}]; got {s_max!r}")
+    s_arr = jnp.asarray(s)
+    if s_arr.ndim != 0 or not jnp.issubdtype(s_arr.dtype, jnp.integer):
+        raise ValueError(f"{where}: a runtime s must be an integer scalar; got "
+                         f"{s_arr.dtype} of shape {s_arr.shape}")
+    if not isinstance(s_arr, jax.core.Tracer) and not 1 <= int(s_arr) <= s_max:
+        raise ValueError(f"{where}: s must be an integer in [1, s_max = {s_max}]; got "
+                         f"{int(s_arr)}")
+    return s_arr.astype(jnp.int32), int(s_max)
+
+
+def _static_s(s: jax.Array, s_max: int) -> int:
+    """The event's (static) ``s`` of a runtime-``s`` release: ``s`` itself where it is concrete,
+    else its bound ``s_max`` (the host that composes the ledger sets the runtime value:
+    :mod:`dpjax.sweep` rebuilds a shared program's events with each setting's own ``s``)."""
+    return s_max if isinstance(s, jax.core.Tracer) else int(s)
+
+
+def hard_threshold(v: jax.Array, s: Any, *, s_max: int | None = None) -> Peeled:
     """Exact top-``s`` hard thresholding ``P_s(v)``: keep the ``s`` largest ``|v_j|``.
 
     Ties go to the lower index, as in :func:`noisy_hard_threshold` at epsilon = inf.
+
+    ``s_max``: ``s`` is then a runtime integer (it may be traced) in ``[1, s_max]``: the top
+    ``s_max`` are ranked and the first ``s`` kept, so the value equals the static call's and
+    the ``(s_max,)`` support's first ``s`` entries are its support (the rest ``d``,
+    no coordinate; see :class:`Peeled`).
     """
-    _, idx = jax.lax.top_k(jnp.abs(v), s)
-    mask = jnp.zeros(v.shape, bool).at[idx].set(True)
-    return Peeled(jnp.where(mask, v, jnp.zeros_like(v)), idx.astype(jnp.int32))
+    if s_max is None:
+        _, idx = jax.lax.top_k(jnp.abs(v), s)
+        mask = jnp.zeros(v.shape, bool).at[idx].set(True)
+        return Peeled(jnp.where(mask, v, jnp.zeros_like(v)), idx.astype(jnp.int32))
+    d = v.shape[-1]
+    s_arr, s_max = _runtime_s(s, s_max, d, "hard_threshold")
+    _, idx = jax.lax.top_k(jnp.abs(v), s_max)
+    support = jnp.where(jnp.arange(s_max) < s_arr, idx.astype(jnp.int32), jnp.int32(d))
+    mask = jnp.zeros(v.shape, bool).at[support].set(True, mode="drop")
+    return Peeled(jnp.where(mask, v, jnp.zeros_like(v)), support)
 
 
 def noisy_hard_threshold(
-    key: jax.Array, stat: BoundedStatistic, s: int, epsilon: Any, delta: Any,
-    calibration: str = "paper",
+    key: jax.Array, stat: BoundedStatistic, s: Any, epsilon: Any, delta: Any,
+    calibration: str = "paper", *, s_max: int | None = None,
 ) -> Peeled:
     r"""NoisyHT, the "peeling" mechanism (Dwork, Su & Zhang 2018; spec 000 Alg 1, spec 003 Alg 3).
 
@@ -92,10 +132,26 @@ def noisy_hard_threshold(
     Args:
         key: PRNG key; split into ``key_select`` (the s peeling rounds) and ``key_release``.
         stat: the statistic ``v`` (shape ``(d,)``) with an l-infinity sensitivity.
-        s: the number of coordinates to release (static), ``1 <= s <= d``.
+        s: the number of coordinates to release (static), ``1 <= s <= d``; with ``s_max``,
+            a runtime integer scalar (it may be traced) in ``[1, s_max]``.
         epsilon, delta: the budget of this one release (arrays are fine).
         calibration: of ``b``, ``"paper"`` (the printed formula above) or ``"tight"`` (the
             smallest ``b`` the ledger's bound proves); see :func:`peeling_multiplier`.
+        s_max: ``None`` (``s`` static) or a static bound on a runtime ``s``, ``1 <= s_max <=
+            d``: one program serves every ``s`` up to it (the padded programs of
+            :class:`dpjax.base.Padded`). The release is the static call's, draw for draw: the
+            ``(s_max, d)`` selection noise is drawn and its first ``s`` rows are the static
+            call's ``(s, d)`` draws (JAX's threefry is partitionable, the default: a draw of a
+            larger shape extends a smaller one row by row, tested); the scale is computed from
+            the runtime ``s``; the rounds from ``s`` on select nothing; the support has
+            ``s_max`` entries, the first ``s`` the static call's and the rest ``d`` (no
+            coordinate, see :class:`Peeled`). The event's ``s`` (static) is the runtime ``s``
+            where it is concrete, else the bound ``s_max``: a host that composes a ledger
+            from a traced call's events must set the runtime ``s``
+            (``dataclasses.replace(event, s=s)``; :mod:`dpjax.sweep` rebuilds a shared
+            program's events with each setting's own ``s``). The exact path (under
+            :func:`secure_noise`) stays static: it runs on the host, so it needs a concrete
+            ``s`` (a traced one is refused) and pads its support alike.
 
     Returns:
         :class:`Peeled` with exactly ``s`` non-zeros, the selected support and the release's
@@ -106,6 +162,8 @@ def noisy_hard_threshold(
     if v.ndim != 1:
         raise ValueError(f"noisy_hard_threshold needs a vector; got shape {v.shape}")
     d = v.shape[0]
+    if s_max is not None:
+        return _runtime_peeling(key, stat, v, s, s_max, epsilon, delta, calibration)
     if not 1 <= s <= d:
         raise ValueError(f"s must be an integer in [1, {d}]; got {s}")
     if _SECURE.get() is not None:
@@ -126,6 +184,41 @@ def noisy_hard_threshold(
     )
     released = v + laplace_noise(key_release, (d,), b, v.dtype)
     event = _event("noisy-ht", stat, b, delta, s, dtype=v.dtype)
+    return Peeled(jnp.where(mask, released, jnp.zeros_like(v)), support, event)
+
+
+def _runtime_peeling(key: jax.Array, stat: BoundedStatistic, v: jax.Array, s: Any, s_max: int,
+                     epsilon: Any, delta: Any, calibration: str) -> Peeled:
+    """:func:`noisy_hard_threshold` with a runtime ``s`` bounded by ``s_max`` (its docstring)."""
+    d = v.shape[0]
+    s_arr, s_max = _runtime_s(s, s_max, d, "noisy_hard_threshold")
+    if _SECURE.get() is not None:  # exact peeling runs on the host: a concrete s
+        if isinstance(s_arr, jax.core.Tracer):
+            raise ValueError("noisy_hard_threshold: the exact path (secure_noise) runs on the "
+                             "host and needs a concrete s; got a traced one")
+        s_int = int(s_arr)
+        out = _secure_peeling(key, stat, s_int, epsilon, delta, calibration)
+        pad = jnp.full((s_max - s_int,), d, jnp.int32)
+        return out._replace(support=jnp.concatenate([out.support.astype(jnp.int32), pad]))
+    b = peeling_scale(stat.sensitivity, s_arr, epsilon, delta, calibration)
+    key_select, key_release = jax.random.split(key)
+    # (s_max, d): its first s rows are the static call's (s, d) draws (partitionable threefry)
+    selection_noise = laplace_noise(key_select, (s_max, d), b, v.dtype)
+    scores = jnp.abs(v)
+
+    def peel(i, carry):  # rounds i >= s select nothing
+        mask, support = carry
+        noisy = jnp.where(mask, -jnp.inf, scores + selection_noise[i])
+        j = jnp.argmax(noisy)
+        live = i < s_arr
+        return (jnp.where(live, mask.at[j].set(True), mask),
+                support.at[i].set(jnp.where(live, j.astype(jnp.int32), jnp.int32(d))))
+
+    mask, support = jax.lax.fori_loop(
+        0, s_max, peel, (jnp.zeros((d,), bool), jnp.full((s_max,), d, jnp.int32))
+    )
+    released = v + laplace_noise(key_release, (d,), b, v.dtype)
+    event = _event("noisy-ht", stat, b, delta, _static_s(s_arr, s_max), dtype=v.dtype)
     return Peeled(jnp.where(mask, released, jnp.zeros_like(v)), support, event)
 
 
