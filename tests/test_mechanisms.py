@@ -380,3 +380,125 @@ def test_every_old_import_of_the_mechanisms_still_works():
         defined = [getattr(m, n) for n in m.__all__]
         assert all(f.__module__ == m.__name__ for f in defined
                    if inspect.isfunction(f) or inspect.isclass(f)), m.__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Peeling with a runtime sparsity (s traced, static bound s_max: one program for every s)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_larger_laplace_draw_extends_a_smaller_one_row_by_row():
+    """What a runtime s relies on: under JAX's partitionable threefry (the default) the
+    ``(s, d)`` draws of a key are the first ``s`` rows of its ``(s_max, d)`` draws."""
+    assert jax.config.jax_threefry_partitionable
+    key = jax.random.key(11)
+    big = np.asarray(M.laplace_noise(same_key(key), (9, 37), 0.3))
+    for s in (1, 4, 9):
+        np.testing.assert_array_equal(np.asarray(M.laplace_noise(same_key(key), (s, 37), 0.3)),
+                                      big[:s])
+
+
+@pytest.mark.parametrize("calibration", ["paper", "tight", "per-coordinate"])
+@pytest.mark.parametrize("s", [1, 3, 6])
+def test_noisy_hard_threshold_with_a_runtime_s_is_the_static_call(calibration, s):
+    d, s_max = 40, 6
+    v = jax.random.normal(jax.random.key(4), (d,))
+    stat = M.BoundedStatistic(v, jnp.float32(0.1), "linf")
+    eps, delta = jnp.float32(1.5), jnp.float32(1e-4)
+    static = jax.jit(lambda k: M.noisy_hard_threshold(k, stat, s, eps, delta, calibration))
+    runtime = jax.jit(lambda k, s_: M.noisy_hard_threshold(k, stat, s_, eps, delta,
+                                                           calibration, s_max=s_max))
+    for key in jax.random.split(jax.random.key(5), 20):
+        want, got = static(same_key(key)), runtime(same_key(key), jnp.int32(s))
+        # up to round-off: XLA may fold the static call's scale (s a constant) differently
+        np.testing.assert_allclose(np.asarray(got.value), np.asarray(want.value), rtol=1e-6,
+                                   atol=1e-6)
+        assert (np.asarray(got.value) != 0).sum() == s
+        np.testing.assert_array_equal(np.asarray(got.support[:s]), np.asarray(want.support))
+        np.testing.assert_array_equal(np.asarray(got.support[s:]), d)  # no coordinate
+        for f in ("sensitivity", "scale", "true_sensitivity", "delta"):
+            assert float(getattr(got.event, f)) == pytest.approx(
+                float(getattr(want.event, f)), rel=1e-6), f
+        assert (got.event.kind, want.event.s) == ("noisy-ht", s)
+        assert got.event.s == s_max  # traced: the static field holds the bound
+    # a concrete runtime s: the event records it
+    eager = M.noisy_hard_threshold(jax.random.key(0), stat, jnp.int32(s), eps, delta,
+                                   calibration, s_max=s_max)
+    assert eager.event.s == s
+    assert float(eager.event.scale) == pytest.approx(
+        float(static(jax.random.key(0)).event.scale), rel=1e-6)
+
+
+@pytest.mark.parametrize("calibration", ["paper", "tight"])
+def test_peeling_calibrations_take_a_traced_s(calibration):
+    eps, delta = jnp.float32(0.8), jnp.float32(1e-5)
+    for s in (1, 5, 40):
+        mult = jax.jit(lambda s_: M.peeling_multiplier(s_, eps, delta, calibration))
+        assert float(mult(jnp.int32(s))) == float(M.peeling_multiplier(s, eps, delta,
+                                                                       calibration))
+        coord = jax.jit(lambda s_: M.peeling_coordinate_epsilon(jnp.float32(np.nan), s_, eps,
+                                                                delta))
+        assert float(coord(jnp.int32(s))) == float(M.peeling_coordinate_epsilon(
+            jnp.float32(np.nan), s, eps, delta))
+        assert float(M.peeling_scale(0.1, jnp.int32(s), eps, delta, calibration)) == float(
+            M.peeling_scale(0.1, s, eps, delta, calibration))
+
+
+def test_hard_threshold_with_a_runtime_s_is_the_static_call_ties_included():
+    v = jnp.asarray([1.0, -3.0, 3.0, 2.0, 3.0, 0.0, -1.0, 2.0, 0.5])
+    f = jax.jit(lambda s_: M.hard_threshold(v, s_, s_max=6))
+    for s in range(1, 7):
+        want, got = M.hard_threshold(v, s), f(jnp.int32(s))
+        np.testing.assert_array_equal(np.asarray(got.value), np.asarray(want.value))
+        np.testing.assert_array_equal(np.asarray(got.support[:s]), np.asarray(want.support))
+        np.testing.assert_array_equal(np.asarray(got.support[s:]), v.shape[0])
+        assert got.event is None
+
+
+def test_coordinates_beyond_a_runtime_s_never_reach_the_output():
+    """Adversarial: the coordinates ranked s+1 .. s_max are huge and the noise is large (the
+    rounds past s would select them): the release has exactly s non-zeros, all on the first s
+    entries of its support, for every key; at epsilon = inf it is the top s exactly."""
+    d, s, s_max = 30, 2, 8
+    v = np.zeros(d, np.float32)
+    v[[3, 17]] = 1e6
+    v[[0, 5, 9, 21, 28, 29]] = 1e5  # ranked 3..8: inside s_max, beyond s
+    stat = M.BoundedStatistic(jnp.asarray(v), jnp.float32(1.0), "linf")
+    run = jax.jit(jax.vmap(lambda k, e: M.noisy_hard_threshold(k, stat, jnp.int32(s), e, 1e-3,
+                                                               s_max=s_max), (0, None)))
+    for eps in (jnp.float32(1e-4), jnp.float32(jnp.inf)):
+        out = run(jax.random.split(jax.random.key(9), 300), eps)
+        value, support = np.asarray(out.value), np.asarray(out.support)
+        assert ((value != 0).sum(axis=1) == s).all()
+        np.testing.assert_array_equal(support[:, s:], d)
+        for row, sup in zip(value, support):
+            assert set(np.flatnonzero(row).tolist()) == set(sup[:s].tolist())
+    np.testing.assert_array_equal(np.flatnonzero(value[0]), [3, 17])  # epsilon = inf: top s
+    top = M.hard_threshold(jnp.asarray(v), jnp.int32(s), s_max=s_max)
+    np.testing.assert_array_equal(np.flatnonzero(np.asarray(top.value)), [3, 17])
+
+
+def test_a_runtime_s_is_refused_outside_its_bounds():
+    stat = M.BoundedStatistic(jnp.ones(10), jnp.float32(1.0), "linf")
+    with pytest.raises(ValueError, match=r"s must be an integer in \[1, s_max = 4\]"):
+        M.noisy_hard_threshold(jax.random.key(0), stat, jnp.int32(5), 1.0, 1e-5, s_max=4)
+    with pytest.raises(ValueError, match=r"s_max must be a static integer in \[1, 10\]"):
+        M.hard_threshold(jnp.ones(10), jnp.int32(2), s_max=11)
+    with pytest.raises(ValueError, match="integer scalar"):
+        M.hard_threshold(jnp.ones(10), jnp.float32(2.0), s_max=4)
+
+
+def test_exact_peeling_takes_a_concrete_runtime_s_and_refuses_a_traced_one():
+    stat = M.BoundedStatistic(jnp.asarray(np.linspace(-1, 1, 12), jnp.float32),
+                              jnp.float32(0.01), "linf")
+    with M.secure_noise():
+        want = M.noisy_hard_threshold(same_key(jax.random.key(3)), stat, 3, 2.0, 1e-5)
+        got = M.noisy_hard_threshold(jax.random.key(3), stat, jnp.int32(3), 2.0, 1e-5,
+                                     s_max=5)
+        np.testing.assert_array_equal(np.asarray(got.value), np.asarray(want.value))
+        np.testing.assert_array_equal(np.asarray(got.support), [*np.asarray(want.support),
+                                                                12, 12])
+        assert got.event.kind == "discrete-noisy-ht" and got.event.s == 3
+        with pytest.raises(ValueError, match="concrete s"):
+            jax.jit(lambda s_: M.noisy_hard_threshold(jax.random.key(3), stat, s_, 2.0, 1e-5,
+                                                      s_max=5).value)(jnp.int32(3))

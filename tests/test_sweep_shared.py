@@ -614,3 +614,124 @@ def test_a_real_data_study_plans_its_programs():
     fams = {sweep.shape_family(s) for s in sets}
     assert None not in fams
     sweep.plan_programs(sets)  # no error (the three settings differ in their padded forms)
+
+
+# --------------------------------------------------------------------------------------------
+# The sparsity at runtime: settings that differ in s (and n) share one program (issue 47)
+# --------------------------------------------------------------------------------------------
+
+
+def _quick_settings(name, overrides):
+    import dpjax.experiments
+
+    exp = dpjax.experiments.registry()[name]
+    config = study.resolve_config(exp, overrides, quick=True)
+    return study._merge_repeated_levels(study._study_settings(exp, config))
+
+
+def _assert_shared_equals_own(settings, reps=2, seed=3):
+    """Every setting through the program the study plans for it (one at its own sizes where
+    the plan leaves it alone), against its own kernel; returns the plan."""
+    progs = sweep.plan_programs(settings)
+    for st in settings:
+        prog = progs.get(st.key, sweep.own_program(st))
+        shared = sweep.run_setting(st, reps=reps, seed=seed, num_devices=1, program=prog)
+        _assert_close(shared, _per_setting(st, reps, seed))
+    return progs
+
+
+def test_em_table3_settings_of_every_s_hat_share_programs_and_equal_their_own_kernels():
+    # the quick config with the paper's three s_hat: Alg 3 (N0 = 50, and N0 = ceil(log n)) and
+    # the non-private truncated EM of Wang et al. on all data, each a program for s_hat = 5,
+    # 10 and 15 (today 9 programs)
+    sets = _quick_settings("em_table3", {"s_hat_grid": (5, 10, 15)})
+    assert len(sets) == 9
+    progs = _assert_shared_equals_own(sets)
+    assert set(progs) == {s.key for s in sets}
+    assert len(set(progs.values())) == 3
+    assert {p.s_max for p in progs.values()} == {15}
+
+
+def test_glm_fig2_quick_settings_share_programs_and_equal_their_own_kernels():
+    # Algorithm 5 at s = 20, 40 and 80 (n = 4000) and n = 8000: one program at s_max = 80;
+    # n = 2000 (rows under half of 8000) runs at its own sizes
+    sets = _quick_settings("glm_fig2", {})
+    progs = _assert_shared_equals_own(sets)
+    assert len(set(progs.values())) == 1 and len(progs) == 4
+    assert next(iter(progs.values())).s_max == 80
+
+
+def test_settings_that_differ_only_in_s_compile_one_program_with_their_own_ledgers(tmp_path):
+    d = 31  # a dimension no other test uses: the program is compiled here
+    sets = [_em_setting(400, d, s=s) for s in (2, 3, 4)]
+    exp = Experiment(name="shared-s", title="t", defaults={}, settings=lambda c: sets,
+                     reps=2, quick_reps=2)
+    before = sweep.compile_count()
+    study.run_experiment(exp, tmp_path, reps=2, seed=0, progress=False, num_devices=1)
+    assert sweep.compile_count() == before + 1  # three s, one algorithm program
+    meta = json.loads((tmp_path / "config.json").read_text())["settings"]
+    assert [m["compiled"] for m in meta] == [True, False, False]
+    assert len({m["program"] for m in meta}) == 1 and "s_max=4" in meta[0]["program"]
+    # the ledger is each setting's own: its releases select s coordinates, not s_max
+    for st, m in zip(sets, meta):
+        s = st.estimator.padded.sparsity
+        for lv, level in zip(st.levels, m["levels"]):
+            (release,) = level["ledger"]["releases"]
+            assert release["s"] == s
+            if math.isfinite(lv["epsilon"]):
+                want = sweep.probe_ledger(st, st.levels.index(lv)).to_dict()
+                assert level["ledger"]["guarantee"] == want["guarantee"]
+
+
+@pytest.mark.parametrize("method", ["hd-dp-em", "truncated-em"])
+def test_padded_dp_em_with_a_runtime_s_equals_the_static_step(method):
+    d, n0, s, s_max = 12, 40, 2, 5
+    est = (dp_em.hd_dp_em(GMM, s, 4, "paper") if method == "hd-dp-em"
+           else dp_em.truncated_em(GMM, s, 4, sample_splitting=False))
+    beta = jnp.asarray(sparse_unit_beta(d, 2))
+    batch = GMM.simulate(jax.random.key(0), n0, beta)
+    hp = dp_em.DPEMHyperparams(*map(jnp.float32, (0.7, 1 / 400, 0.5,
+                                                  2.0 if method == "hd-dp-em" else INF)))
+    state = est.init(0.9 * beta)
+    want, info_w = est.step(jax.random.key(1), state, batch, hp)
+    got, info_g = jax.jit(est.padded.step)(jax.random.key(1), state, batch, hp,
+                                           _sizes(n0, 0, 4, s, s_max))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-6, atol=1e-7)
+    assert int((np.asarray(got.beta) != 0).sum()) == s
+    np.testing.assert_array_equal(info_g.support[:s], info_w.support)
+    np.testing.assert_array_equal(info_g.support[s:], d)
+    for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
+                    jax.tree_util.tree_leaves(info_w.events)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    with pytest.raises(ValueError, match="slots"):  # sizes without the sparsity: refused
+        est.padded.step(jax.random.key(1), state, batch, hp, _sizes(n0, 0, 4))
+
+
+def test_padded_noisy_iht_start_keeps_the_runtime_s_largest_entries():
+    est = dp_glm.noisy_iht(LOGIT, 2, 5)
+    beta0 = jnp.asarray([0.1, -3.0, 0.0, 2.0, 0.5, -1.0])
+    sizes = _sizes(10, 0, 5, 2, 4)
+    np.testing.assert_array_equal(est.padded.init(beta0, sizes).beta, est.init(beta0).beta)
+    assert int((np.asarray(est.padded.init(beta0, sizes).beta) != 0).sum()) == 2
+
+
+def test_a_program_bound_below_a_settings_s_is_refused():
+    st = _em_setting(300, 20, s=4)
+    with pytest.raises(ValueError, match=r"program.s_max must be at least .* s = 4"):
+        sweep.run_setting(st, reps=1, seed=0, num_devices=1,
+                          program=sweep.Program(6, 50, 2, s_max=3))
+    ld = _em_setting(300, 20, method="ld-dp-em")
+    with pytest.raises(ValueError, match="takes no runtime sparsity"):
+        sweep.run_setting(ld, reps=1, seed=0, num_devices=1,
+                          program=sweep.Program(6, 50, 2, s_max=3))
+
+
+def test_the_fingerprint_traces_a_runtime_s_at_the_settings_own_s():
+    # the shared path is hashed at the setting's own sizes (s_max = its s), whatever bucket a
+    # study puts it in: settings that differ in s differ, and one setting's is stable
+    a, b = _em_setting(300, 20, s=2), _em_setting(300, 20, s=4)
+    fa = sweep.program_fingerprint(a)["program"]
+    assert fa != sweep.program_fingerprint(b)["program"]
+    sweep.plan_programs([a, b])  # planning them together (s_max = 4) changes nothing
+    assert sweep.program_fingerprint(a)["program"] == fa
+    assert sweep.own_program(a).s_max == 2
