@@ -427,7 +427,7 @@ def test_noisy_iht_settings_of_glm_fig2_share_programs_and_equal_their_own_kerne
                                                 "n_grid": (300, 400), "n_base": 400, "T": 5})
     assert len(sets) == 2
     progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
-    assert progs[sets[0].key] == sweep.Program(5, 400, 2)
+    assert progs[sets[0].key] == sweep.Program(5, 400, 2, s_max=4)  # s = 2 s* = 4 at runtime
 
 
 def test_noisy_iht_settings_that_differ_in_n_and_t_compile_one_program(tmp_path):
