@@ -146,10 +146,10 @@ class Estimator(NamedTuple):
             :func:`dpjax._validate.check_noise_inputs`), naming the hyperparameter to change,
             so whether a fit is refused never depends on the data.
         padded: optional (opt-in) :class:`Padded` form: the step with ``n`` and the number of
-            iterations as runtime values and a row mask. A study then runs every setting whose
-            estimators share it (and whose data have the same shapes but for the number of
-            records) through one compiled program (:mod:`dpjax.sweep`); ``None``: one program
-            per setting.
+            iterations (and a sparse estimator's ``s``) as runtime values and a row mask. A
+            study then runs every setting whose estimators share it (and whose data have the
+            same shapes but for the number of records) through one compiled program
+            (:mod:`dpjax.sweep`); ``None``: one program per setting.
     """
 
     name: str

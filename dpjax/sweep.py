@@ -481,7 +481,8 @@ def program_fingerprint(setting: Setting, cache: dict[Any, str] | None = None
       algorithm programs (:func:`make_shared_kernels`) traced at the setting's own sizes are
       hashed too: a study may run the setting there, padded to the bucket of its shape family
       (:func:`plan_programs`), with results equal up to float round-off; the bucket depends
-      on the study's other settings, the fingerprint does not.
+      on the study's other settings, the fingerprint does not (a runtime sparsity is traced
+      at the setting's own ``s``, ``s_max = s``, whatever bound the bucket has).
     * ``ledgers`` hashes, per level (by :func:`level_label`), the estimator's host ledger
       (``estimator.ledger``) on fixed probe events (every event's sensitivity, scale and true
       sensitivity 1, delta 1e-6), with the code of the ledger function: the path that turns
