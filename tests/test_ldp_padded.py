@@ -214,3 +214,17 @@ def test_padded_forms_are_shared_by_rounds_and_distinct_otherwise():
         != a.padded
     # groups sliced from the whole data set inside the step have no padded form
     assert L.ldp_iht(3, 4).padded is None
+
+
+def test_no_padded_form_without_the_partitionable_threefry():
+    # the older threefry's split(key, rows) depends on rows: a padded batch would change every
+    # user's draw, so the estimator keeps its own program
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        short = jax.random.key_data(jax.random.split(jax.random.key(7), 33))
+        long = jax.random.key_data(jax.random.split(jax.random.key(7), 50))[:33]
+        assert not np.array_equal(short, long)
+        assert L._padded_iht.__wrapped__(3, 4, 1.0, "rectified") is None
+    finally:
+        jax.config.update("jax_threefry_partitionable", True)
+    assert L._padded_iht.__wrapped__(3, 4, 1.0, "rectified") is not None
