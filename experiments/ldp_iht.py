@@ -388,6 +388,9 @@ EXPERIMENTS = [
         defaults=DEFAULTS, settings=settings, quick=QUICK, plot=plot,
         reps=5, quick_reps=2,
         summary_extra=("indefinite",),
+        # Algorithm 1's keys: columns of every row, read only where Alg 1 is in the study
+        # (`--set methods=alg2` runs LDP-IHT alone)
+        level_columns=("delta", "r", "lam"),
         description="Per-user randomised gradients, each round's group streamed in chunks; "
         "fitted slopes beside the theory and the exact noise scale in slopes.csv. See "
         "experiments/reports/ldp_iht.md.",

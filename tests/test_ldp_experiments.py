@@ -2,6 +2,7 @@
 reject invalid configurations, and fit slopes correctly (the runs themselves are exercised by
 ``dpjax run NAME --quick``)."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -112,6 +113,23 @@ def test_iht_panels_and_methods_select_settings():
         ("k", "alg4")}
     with pytest.raises((ValueError, ConfigError), match="no setting to run"):
         resolve_config(_exp(ldp_iht), {"panels": "eps", "methods": "alg1,alg4"})
+
+
+@pytest.mark.parametrize("methods", ["alg2", "alg4", "alg2,alg4", "alg1,alg2"])
+def test_iht_method_selections_pass_the_level_check(methods):
+    """The benchmark harness's ``--set panels=n methods=alg2`` runs: Algorithm 1's level keys
+    (delta, r, lam: columns of every row) are not refused as read by no estimator when Alg 1
+    is left out, and a typo still is."""
+    from dpjax.study import _check_levels
+
+    exp = _exp(ldp_iht)
+    cfg = resolve_config(exp, {"panels": "n", "methods": methods, "n_grid": "100000"})
+    settings = ldp_iht.settings(cfg)
+    _check_levels(exp, settings)
+    bad = [dataclasses.replace(s, levels=tuple(lv | {"etaa": 1.0} for lv in s.levels))
+           for s in settings]
+    with pytest.raises(ConfigError, match="etaa"):
+        _check_levels(exp, bad)
 
 
 def test_lower_settings_draw_the_priors_and_flag_only_below_the_curve():

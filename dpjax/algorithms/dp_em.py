@@ -65,7 +65,7 @@ from dpjax.mechanisms import (
     noisy_hard_threshold,
     peeling_coordinate_epsilon,
 )
-from dpjax.models.protocol import EMModel
+from dpjax.models.protocol import EMModel, algorithm_view
 
 __all__ = [
     "CALIBRATIONS",
@@ -271,7 +271,8 @@ def _build(
         if privatiser in ("noisy-ht", "gaussian") else None
     return Estimator(
         name, _init, _make_step(model, privatiser, s_hat, calibration), num_iterations,
-        batching, ledger_fn, check, _padded(model, privatiser, s_hat, calibration, batching)
+        batching, ledger_fn, check,
+        _padded(algorithm_view(model), privatiser, s_hat, calibration, batching)
     )
 
 

@@ -102,7 +102,7 @@ from dpjax.mechanisms import (
     gaussian_mechanism_zcdp,
 )
 from dpjax.mechanisms.calibration import gaussian_multiplier_analytic
-from dpjax.models.protocol import EMModel
+from dpjax.models.protocol import EMModel, algorithm_view
 from dpjax.robust_mean import robust_mean_statistic
 
 __all__ = [
@@ -357,7 +357,8 @@ def _build_robust(model: EMModel, num_iterations: int, s_rule: SRule, sample_spl
     step = _make_robust_step(model, num_iterations, s_rule, sample_split, exact_m, calibration)
     batching = "disjoint" if sample_split else "full"
     return Estimator(name, _init, step, num_iterations, batching, ledger_fn,
-                     padded=_padded_robust(model, s_rule, sample_split, calibration, exact_m))
+                     padded=_padded_robust(algorithm_view(model), s_rule, sample_split,
+                                           calibration, exact_m))
 
 
 @functools.lru_cache(maxsize=512)
@@ -398,7 +399,7 @@ def clipped_gem(model: EMModel, num_iterations: int, calibration: str = "gaussia
                                   calibration)
     return Estimator(name, _init, _make_clipped_step(model, num_iterations, calibration),
                      num_iterations, "full", ledger_fn,
-                     padded=_padded_clipped(model, calibration))
+                     padded=_padded_clipped(algorithm_view(model), calibration))
 
 
 # --------------------------------------------------------------------------------------------

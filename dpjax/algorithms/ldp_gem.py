@@ -38,7 +38,7 @@ from dpjax.mechanisms import (
     local_mechanism,
 )
 from dpjax.mechanisms.calibration import gaussian_multiplier_analytic
-from dpjax.models.protocol import EMModel
+from dpjax.models.protocol import EMModel, algorithm_view
 from dpjax.robust_mean import local_scores
 
 __all__ = [
@@ -262,8 +262,8 @@ def ldp_gem(model: EMModel, num_iterations: int, s_rule: LDPSRule = "ldp",
     return Estimator(name, _ldp_init,
                      _make_ldp_step(model, num_iterations, s_rule, batching, calibration),
                      num_iterations, batching, ledger_fn,
-                     padded=(_padded_ldp(model, s_rule, calibration) if batching == "disjoint"
-                             else None))
+                     padded=(_padded_ldp(algorithm_view(model), s_rule, calibration)
+                             if batching == "disjoint" else None))
 
 
 @functools.lru_cache(maxsize=256)

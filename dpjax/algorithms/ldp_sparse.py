@@ -987,7 +987,10 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
         batching: ``"full"`` (default): the data set ``(x (n, d), y (n,))``; group ``t`` is
             sliced inside the step, the remainder ``n mod T`` joins the last group (padded
             slice, masked; no user dropped). ``"disjoint"``: step ``t`` gets its group as the
-            batch (:func:`dpjax.base.split_batches`, or a streamed ``batch(t)``; equal groups).
+            batch (:func:`dpjax.base.split_batches`, or a streamed ``batch(t)``; equal groups);
+            with it the estimator has a padded form (:class:`dpjax.base.Padded`: one study
+            program for every ``n`` and ``chunks_per_round`` at these ``T``, ``k'``,
+            ``theta_norm`` and ``variant``: the rounds and the sparsity stay static).
         chunks_per_round: ``C >= 1`` (``batching="disjoint"`` only): each round's group arrives
             as ``C`` consecutive disjoint batches, one step each (``num_steps = T C`` steps;
             a streamed ``batch(s)`` then holds ``O(n / (T C))`` users at a time, so memory does
@@ -1004,9 +1007,7 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
     name = ("ldp-iht" if theta_norm == 1.0 else f"ldp-iht/R={theta_norm:g}") + (
         "/wang-xu-literal" if variant == "wang_xu_2021_literal" else "")
 
-    def init(params0):
-        return IHTState(jnp.zeros_like(params0), jnp.zeros((), jnp.int32),
-                        jnp.zeros_like(params0))
+    init = _iht_init
 
     def step(key, state, data, hp):
         x, y = data
@@ -1021,10 +1022,58 @@ def ldp_iht(num_steps: int, k_prime: int, *, theta_norm: float = 1.0,
                        (event,))
         return _iht_next_state(state, beta, g_sum, chunks), info
 
+    padded = (_padded_iht(num_steps, k_prime, theta_norm, variant) if batching == "disjoint"
+              else None)
     return Estimator(name, init, step, num_steps=num_steps * chunks, batching=batching,
                      ledger=_iht_ledger(name, variant),
                      check=functools.partial(_iht_check, num_steps, chunks, k_prime, theta_norm,
-                                             variant, batching))
+                                             variant, batching),
+                     padded=padded)
+
+
+def _iht_init(params0):
+    return IHTState(jnp.zeros_like(params0), jnp.zeros((), jnp.int32), jnp.zeros_like(params0))
+
+
+@functools.lru_cache(maxsize=256)
+def _padded_iht(rounds: int, k_prime: int, theta_norm: float, variant: str) -> Padded | None:
+    """Disjoint-batch LDP-IHT with the batch size and the number of steps as runtime values:
+    one program for every ``n`` and every ``chunks_per_round`` at ``T = rounds`` rounds.
+
+    A round is ``C = sizes.num_steps // rounds`` consecutive steps (``C`` at runtime: the
+    bundled studies stream more chunks per round as ``n`` grows, at a fixed ``T``); its
+    ``C sizes.count`` users are public and divide the round's sum of reports. The padded rows
+    are no users: zeroed before anything reads them, their reports dropped. Each user's
+    report draws from ``split(key, rows)[i]``, which JAX's partitionable threefry makes a
+    prefix of the longer split of a padded batch (every real user keeps its key); ``None``
+    without it. ``T`` stays static: the round boundary needs one of ``T`` and ``C``, and the
+    bundled studies vary ``C`` at fixed ``T``."""
+    if not jax.config.jax_threefry_partitionable:
+        return None
+
+    def step(key, state, batch, hp, sizes):
+        x, y = batch
+        valid = sizes.mask
+        zero = jnp.zeros((), x.dtype)
+        x = jnp.where(valid[:, None], x, zero)  # padded rows: no users, whatever they hold
+        y = jnp.where(valid, y, zero)
+        grads, radius, reports, event = _iht_reports(key, x, y, state.beta, hp, k_prime,
+                                                     theta_norm, variant)
+        chunks = jnp.maximum(sizes.num_steps // rounds, 1)
+        g_sum = state.g_sum + jnp.sum(jnp.where(valid[:, None], reports, 0), axis=0)
+        # the round's users: public (C batches of sizes.count users)
+        g_bar = g_sum / (sizes.count.astype(x.dtype) * chunks.astype(x.dtype))
+        beta = project_l2(trunc(state.beta - hp.eta * g_bar, k_prime), theta_norm)
+        norms = jnp.sqrt(jnp.sum(jnp.square(grads), axis=1))
+        info = IHTInfo(jnp.max(jnp.where(valid, norms, 0)), jnp.asarray(radius, x.dtype),
+                       (event,))
+        end = (state.t + 1) % chunks == 0
+        return IHTState(jnp.where(end, beta, state.beta), state.t + 1,
+                        jnp.where(end, jnp.zeros_like(g_sum), g_sum)), info
+
+    label = "ldp-iht" + ("/wang-xu-literal" if variant == "wang_xu_2021_literal" else "")
+    return Padded(f"{label}[T={rounds},k'={k_prime},R={theta_norm:g}]", _iht_init, step,
+                  "disjoint")
 
 
 def _iht_check(num_steps: int, chunks: int, k_prime: int, theta_norm: float, variant: str,

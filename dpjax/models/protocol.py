@@ -7,6 +7,7 @@ implements it; ``tests/test_models_protocol.py`` checks them against it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
 import jax
@@ -14,7 +15,7 @@ import numpy as np
 
 from dpjax.mechanisms import BoundedStatistic
 
-__all__ = ["EMModel"]
+__all__ = ["EMModel", "algorithm_view"]
 
 
 @runtime_checkable
@@ -70,3 +71,18 @@ class EMModel(Protocol):
     def ex_post_notes(self, iterates: np.ndarray, truncation: float, epsilon: float,
                       delta: float) -> list[str]:
         """Facts read off the released iterates after a fit (post-processing); ``[]`` if none."""
+
+
+def algorithm_view(model: Any) -> Any:
+    """The model as the algorithms see it: the fields it names in ``simulation_fields`` (read
+    by :meth:`EMModel.simulate` only, e.g. RMC's ``missing_prob``) set to their defaults.
+
+    A padded estimator's compiled program is cached by the model's value, so settings whose
+    models differ only in how their data are simulated share one program (the algorithm never
+    reads those fields; each setting's data program keeps its own model). A model without
+    ``simulation_fields`` is returned as it is."""
+    fields = getattr(model, "simulation_fields", ())
+    if not fields or not dataclasses.is_dataclass(model):
+        return model
+    defaults = {f.name: f.default for f in dataclasses.fields(model) if f.name in fields}
+    return dataclasses.replace(model, **defaults)

@@ -91,6 +91,8 @@ class RegressionMissingCovariates:
     second_moment: Literal["paper", "exact_conditional"] = "paper"
 
     data_type = RMCData
+    #: read by :meth:`simulate` only (:func:`~dpjax.models.protocol.algorithm_view`)
+    simulation_fields = ("missing_prob",)
 
     @property
     def name(self) -> str:
