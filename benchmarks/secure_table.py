@@ -11,6 +11,11 @@ of two more calls (other keys) is kept.
     python benchmarks/secure_table.py --write    # also write it into docs/privacy.md and the
                                                  # per-family ratios into benchmarks/README.md
 
+On a loaded machine the run can be split into parts that each stay short, combined after:
+
+    python benchmarks/secure_table.py --fits dp_em.fit_hd_dp_em ... --save part1.json
+    python benchmarks/secure_table.py --combine part1.json part2.json ... --write
+
 It also generates the sampler-floor numbers of docs/privacy.md from
 :func:`dpjax._float_sampler.delta_floor` (:func:`sampler_floor_block`); ``--write`` refreshes
 them. ``tests/test_secure_table.py`` checks that the page's rows cover every private ``fit_*``,
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import json
 import math
 import os
 import pkgutil
@@ -283,7 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floors-only", action="store_true",
                     help="only the sampler floors (with --write: refresh them in the page)")
     ap.add_argument("--fits", nargs="*", default=None, help="only these fits (module.fit_name)")
+    ap.add_argument("--save", default=None, help="also save the measured rows (JSON) to this file")
+    ap.add_argument("--combine", nargs="+", default=None,
+                    help="measure nothing: the table of the rows saved in these files (--save)")
     args = ap.parse_args(argv)
+    if args.combine:
+        return _combine(args.combine, args.write)
     floors = sampler_floor_block()
     print(floors)
     if args.write:
@@ -309,12 +320,45 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:34s} {r['size']:28s} delivered {r['delivered']} "
                   f"secure {r['secure_s']:.2f}s float {r['float_s']:.3f}s", flush=True)
     total = time.perf_counter() - start
+    if args.save:
+        Path(args.save).write_text(json.dumps({"seconds": total, "rows": [
+            {**r, "error": f"{type(r['error']).__name__}: {r['error']}"} if "error" in r else r
+            for r in rows]}))
     out = table(rows)
     note = (f"Measured by `python benchmarks/secure_table.py --write` on "
             f"{time.strftime('%Y-%m-%d')} ({machine()}; {total / 60:.1f} minutes in all).")
     print(out)
     print(family_ratios(rows))
     if args.write:
+        page = PRIVACY_PAGE.read_text()
+        PRIVACY_PAGE.write_text(replace_between(page, TABLE_MARKERS, f"{out}\n\n{note}"))
+        readme = BENCH_README.read_text()
+        BENCH_README.write_text(replace_between(readme, RATIO_MARKERS,
+                                                f"{family_ratios(rows)}\n\n{note}"))
+    return 0
+
+
+def _combine(files: list[str], write: bool) -> int:
+    """The table of rows measured in parts (``--save``), in the order of :func:`private_fits`
+    (with ``write``: into the pages, the note naming the parts and their summed time)."""
+    order = {name: i for i, name in enumerate(private_fits())}
+    rows, total = [], 0.0
+    for f in files:
+        part = json.loads(Path(f).read_text())
+        total += part["seconds"]
+        rows += [{**r, "error": RuntimeError(r["error"])} if "error" in r else r
+                 for r in part["rows"]]
+    rows.sort(key=lambda r: order.get(r["fit"], len(order)))
+    missing = sorted(set(order) - {r["fit"] for r in rows})
+    if missing:
+        raise SystemExit(f"--combine: no rows of {', '.join(missing)}")
+    out = table(rows)
+    note = (f"Measured by `python benchmarks/secure_table.py --fits ... --save PART` in "
+            f"{len(files)} parts, combined by `--combine ... --write`, on "
+            f"{time.strftime('%Y-%m-%d')} ({machine()}; {total / 60:.1f} minutes in all).")
+    print(out)
+    print(family_ratios(rows))
+    if write:
         page = PRIVACY_PAGE.read_text()
         PRIVACY_PAGE.write_text(replace_between(page, TABLE_MARKERS, f"{out}\n\n{note}"))
         readme = BENCH_README.read_text()

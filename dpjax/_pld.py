@@ -12,6 +12,20 @@ distribution is known exactly (or dominated by one that is), with a count:
   one coordinate by ``Delta_1`` (the dominating pair dp_accounting's ``LaplaceDpEvent`` uses);
 * ``("discrete-laplace", t, k, count)`` -- the discrete Laplace mechanism ``P(z) ~ e^{-t|z|}``
   on integer statistics of l1 sensitivity ``k`` (an integer, grid units);
+* ``("discrete-gaussian", sigma, k, count)`` -- the discrete Gaussian mechanism
+  ``P(z) ~ e^{-z^2 / (2 sigma^2)}`` on a *scalar* integer statistic of sensitivity ``k`` (an
+  integer, grid units). Its (epsilon, delta) curve is that of the pair ``N_Z(0, sigma^2)``,
+  ``N_Z(k, sigma^2)``, exact for every pair of neighbours whose statistics differ by at most
+  ``k`` (Canonne, Kamath & Steinke 2020, the discrete Gaussian's approximate-DP theorem for
+  integer sensitivity); dp_accounting's ``from_discrete_gaussian_mechanism`` builds it with
+  the noise truncated to ``[-T, T]``. :func:`dg_truncation` picks ``T`` so that the removed
+  mass is at most :data:`DG_TAIL` per release, and :func:`epsilon_for_delta` reads the epsilon
+  at ``delta - count * DG_TAIL`` (:func:`dg_slack`): for any event ``S``, ``P(S) - e^eps
+  Q(S) <= (P_T(S) - e^eps Q_T(S)) + P(|Z| > T)``, so the untruncated mechanism's delta is at
+  most the truncated one's plus the removed mass, which adds up over releases. A *vector*
+  discrete Gaussian has no component here: its privacy loss depends on how the change
+  spreads over the coordinates, not only on its l2 norm, and no exact PLD of it is
+  implemented (the ledger composes it in zCDP, :meth:`dpjax.accounting.Ledger.build`);
 * ``("pure", epsilon, count)`` -- an epsilon-DP mechanism with no better description (a
   report-noisy-max round of peeling, the local l2-ball randomizer): its PLD is dominated by
   that of binary randomized response with ``e^epsilon`` (Kairouz, Oh & Viswanath 2015), which
@@ -95,6 +109,32 @@ def normalise(components: Iterable[Component]) -> tuple[Component, ...]:
     return tuple(sorted(out, key=repr))
 
 
+#: the noise mass a discrete Gaussian component's truncation removes, at most, per release
+DG_TAIL = 1e-30
+
+
+def dg_truncation(sigma: float, k: int = 1) -> int:
+    """The truncation bound ``T`` of a discrete Gaussian component of sensitivity ``k``:
+    ``P(|Z| > T) <= DG_TAIL`` for ``Z ~ N_Z(0, sigma^2)``, and ``T >= k`` (dp_accounting needs
+    ``2 T >= k``; a larger ``T`` removes less).
+
+    With ``t = T + 1``: ``P(Z >= t) <= (e^{-t^2/(2 sigma^2)} + int_t^inf e^{-u^2/(2 sigma^2)} du)
+    / Z_sigma <= e^{-t^2/(2 sigma^2)} (1 + sigma^2 / t)``, since the normaliser ``Z_sigma >= 1``
+    (its term at 0) and the Gaussian tail integral is at most ``e^{-t^2/(2 sigma^2)} sigma^2 /
+    t``. ``t >= sigma sqrt(2 L)``, ``L = log(2 (1 + sigma) / DG_TAIL)``, makes the exponential at
+    most ``DG_TAIL / (2 (1 + sigma))`` and ``sigma^2 / t <= sigma``, so both tails together are
+    at most ``DG_TAIL``."""
+    sigma = float(sigma)
+    big_l = math.log(2.0 * (1.0 + sigma) / DG_TAIL)
+    return max(1, int(k), math.ceil(sigma * math.sqrt(2.0 * big_l)))
+
+
+def dg_slack(components: tuple[Component, ...]) -> float:
+    """The delta that the truncation of the discrete Gaussian components may hide: their
+    release count times :data:`DG_TAIL` (0 without such components)."""
+    return DG_TAIL * sum(int(c[-1]) for c in components if c[0] == "discrete-gaussian")
+
+
 def _max_loss(c: Component) -> float:
     """The largest privacy loss one release of a pure component takes (0 for a Gaussian)."""
     if c[0] in ("laplace", "pure", "approx"):
@@ -125,6 +165,9 @@ def _one(c: Component) -> Any:
         p = pl.from_laplace_mechanism(1.0 / c[1], sensitivity=1.0, **kw)
     elif kind == "discrete-laplace":
         p = pl.from_discrete_laplace_mechanism(c[1], sensitivity=int(c[2]), **kw)
+    elif kind == "discrete-gaussian":
+        p = pl.from_discrete_gaussian_mechanism(float(c[1]), sensitivity=int(c[2]),
+                                                truncation_bound=dg_truncation(c[1], c[2]), **kw)
     elif kind == "pure":
         p = pl.from_privacy_parameters(common.DifferentialPrivacyParameters(c[1], 0.0), **kw)
     elif kind == "approx":
@@ -171,6 +214,9 @@ def epsilon_for_delta(components: tuple[Component, ...], delta: float) -> float:
         return big + (epsilon_for_delta(rest, delta) if rest else 0.0)
     if len(components) == 1 and components[0][0] == "gaussian":  # exact: no discretisation
         return gaussian_epsilon(components[0][1], delta) if delta < 1 else 0.0
+    delta = delta - dg_slack(components)  # the truncated discrete Gaussians' tails
+    if delta <= 0:
+        return _INF
     eps = float(_composed(components).get_epsilon_for_delta(delta))
     return min(max(eps, 0.0), _pure_sum(components))
 
@@ -189,7 +235,8 @@ def delta_for_epsilon(components: tuple[Component, ...], epsilon: float) -> floa
         return delta_for_epsilon(rest, epsilon - big) if rest and epsilon > big else 1.0
     if len(components) == 1 and components[0][0] == "gaussian":
         return gaussian_delta(components[0][1], epsilon)
-    return min(1.0, max(0.0, float(_composed(components).get_delta_for_epsilon(epsilon))))
+    delta = float(_composed(components).get_delta_for_epsilon(epsilon))
+    return min(1.0, max(0.0, delta) + dg_slack(components))
 
 
 #: a solved calibration aims this far (relative) below the target epsilon, so that the float32

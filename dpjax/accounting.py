@@ -41,6 +41,8 @@ from dpjax.mechanisms.statistics import ZCDP_KINDS
 
 __all__ = [
     "ApproxDP",
+    "DISCRETE_GAUSSIAN_SCALAR_NOTE",
+    "DISCRETE_GAUSSIAN_VECTOR_NOTE",
     "GAUSSIAN_CURVE_NOTE",
     "Budget",
     "Ledger",
@@ -73,6 +75,23 @@ GAUSSIAN_CURVE_NOTE = (
     "drawn (Balle & Wang 2018), whatever formula calibrated it (the classic formula, proven "
     "for epsilon <= 1, or the analytic calibration, exact at every epsilon)"
 )
+
+#: why a ledger with a discrete Gaussian release on a vector statistic is composed in zCDP
+DISCRETE_GAUSSIAN_VECTOR_NOTE = (
+    "a discrete Gaussian release on a vector statistic has no exact privacy loss distribution "
+    "here (its privacy loss depends on how a change of l2 norm k spreads over the coordinates, "
+    "not only on k, and no (epsilon, delta) bound of the multivariate discrete Gaussian tighter "
+    "than its zCDP one is implemented): the ledger is composed in zCDP (rho = k^2 / (2 sigma^2) "
+    "per release, Canonne, Kamath & Steinke 2020; every pure release as epsilon^2 / 2), then "
+    "converted to (epsilon, delta) by CKS")
+
+#: the note of a PLD ledger with scalar discrete Gaussian releases
+DISCRETE_GAUSSIAN_SCALAR_NOTE = (
+    "scalar discrete Gaussian releases: each by its exact privacy loss distribution, "
+    "N_Z(0, sigma^2) against N_Z(k, sigma^2) for its integer sensitivity k (Canonne, Kamath & "
+    "Steinke 2020; dp_accounting's from_discrete_gaussian_mechanism), the noise truncated where "
+    f"at most {_pld.DG_TAIL:g} of its mass is removed per release, which the delivered delta "
+    "counts")
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,7 +386,9 @@ class Release:
         scale: the noise scale (the smallest over the stream).
         sensitivity_ratio: true / declared sensitivity (the largest; ``inf`` if unbounded).
         delta: the delta of an (epsilon, delta) Gaussian or NoisyHT release (the largest).
-        s, log_constant: NoisyHT's selected coordinates; the classic Gaussian's ``c``.
+        s, log_constant: NoisyHT's selected coordinates (for a discrete Gaussian, the number
+            of coordinates of the statistic: 1 a scalar, whose exact PLD the ledger composes;
+            0 not recorded); the classic Gaussian's ``c``.
         data: which records each release touches (``"disjoint batch"``, ``"full data"``, ...).
         epsilons: per-release epsilon (approx-DP kinds) or rho (``"gaussian-zcdp"``), in order.
         deltas: per-release delta.
@@ -455,13 +476,19 @@ class Release:
           proven epsilon ``2 lambda / b`` each (dominated by randomized response), then ``s``
           (discrete) Laplace coordinates of ``lambda / b`` each (exact);
         * ``"ldp-randomizer"``: its epsilon (binary randomized response, exact for the coin);
+        * ``"discrete-gaussian"`` on a scalar statistic (:attr:`scalar_discrete_gaussian`):
+          the discrete Gaussian ``N_Z(0, sigma^2)`` against ``N_Z(k, sigma^2)`` with its
+          integer sensitivity ``k`` (exact; Canonne, Kamath & Steinke 2020);
         * a release without noise, or ``"none"``: no guarantee.
 
-        ``"discrete-gaussian"`` has no exact PLD for an l2 vector statistic: it raises
-        ``ValueError`` (:meth:`Ledger.build` composes such a ledger in zCDP instead).
+        A ``"discrete-gaussian"`` release on a vector statistic (or of unrecorded dimension)
+        has no exact PLD here -- its privacy loss depends on how a change of l2 norm ``k``
+        spreads over the coordinates, not only on ``k`` -- and raises ``ValueError``
+        (:meth:`Ledger.build` composes such a ledger in zCDP instead).
         """
-        if self.mechanism == "discrete-gaussian":
-            raise ValueError("a discrete Gaussian release has no exact PLD here (zCDP instead)")
+        if self.mechanism == "discrete-gaussian" and not self.scalar_discrete_gaussian:
+            raise ValueError("a discrete Gaussian release on a vector statistic (or of "
+                             "unrecorded dimension) has no exact PLD here (zCDP instead)")
         out: list[tuple] = []
         for true, b in self.noise:
             if self.mechanism == "none" or not b > 0 or not math.isfinite(true):
@@ -479,9 +506,19 @@ class Release:
                            else _discrete_laplace_component(true, b, self.s))
             elif self.mechanism == "ldp-randomizer":
                 out.append(("pure", r * epsilon_constant(self.mechanism), 1))
+            elif self.mechanism == "discrete-gaussian":  # a scalar (checked above)
+                out.append(("discrete-gaussian", b, int(true), 1))
             else:
                 raise ValueError(f"no PLD for mechanism {self.mechanism!r}")
         return out
+
+    @property
+    def scalar_discrete_gaussian(self) -> bool:
+        """Whether these are discrete Gaussian releases of a scalar statistic (``s == 1``, the
+        dimension :func:`dpjax.mechanisms.secure_event` records) with integer sensitivities
+        (grid units): the releases whose exact PLD :meth:`pld_components` gives."""
+        return (self.mechanism == "discrete-gaussian" and self.s == 1
+                and all(not math.isfinite(t) or float(t).is_integer() for t, _ in self.noise))
 
     def budgets(self) -> list[Budget]:
         """The guarantee of each release, in order."""
@@ -598,7 +635,8 @@ class Ledger:
         PLD's pessimistic epsilon at ``delta`` (default: the requested delta; else the sum of
         the releases' deltas); Gaussian releases alone are read off the exact Gaussian curve
         of ``mu = sqrt(sum mu_t^2)``. Where it cannot apply -- dp_accounting (the ``[pld]``
-        extra) is not installed, or a discrete Gaussian release -- the ledger is composed in
+        extra) is not installed, or a discrete Gaussian release on a vector statistic
+        (:data:`DISCRETE_GAUSSIAN_VECTOR_NOTE`) -- the ledger is composed in
         zCDP (if any release is accounted in zCDP) or by basic composition instead, and a
         note says so (:attr:`composition` names the rule used). ``"basic"``, ``"zcdp"`` and
         ``"parallel"`` (disjoint batches) are the papers' rules, by name.
@@ -617,10 +655,9 @@ class Ledger:
             if target is None and isinstance(requested, ApproxDP):
                 target = requested.delta
             fallback = "zcdp" if any(isinstance(b, ZCDP) for b in per) else "basic"
-            if any(r.mechanism == "discrete-gaussian" for r in rel):
-                why = ("a discrete Gaussian release on an l2 statistic has no exact privacy "
-                       "loss distribution here: composed in zCDP (Canonne, Kamath & Steinke "
-                       "2020)")
+            if any(r.mechanism == "discrete-gaussian" and not r.scalar_discrete_gaussian
+                   for r in rel):
+                why = DISCRETE_GAUSSIAN_VECTOR_NOTE
             elif not _pld.available():
                 comps = _pld.normalise(c for r in rel for c in r.pld_components())
                 if target and len(comps) == 1 and comps[0][0] == "gaussian":
@@ -646,7 +683,8 @@ class Ledger:
             if target is None:  # what basic composition would deliver
                 target = min(1.0, sum(b.delta for b in per if isinstance(b, ApproxDP)))
             comps = _pld.normalise(c for r in rel for c in r.pld_components())
-            if target == 0 and any(c[0] in ("gaussian", "approx") for c in comps):
+            if target == 0 and any(c[0] in ("gaussian", "approx", "discrete-gaussian")
+                                   for c in comps):
                 raise ValueError("composition='pld' of Gaussian releases needs the target "
                                  "delta (delta=, or an (epsilon, delta) request)")
             target = min(float(target), 1.0)
@@ -654,6 +692,9 @@ class Ledger:
             notes += (_pld.NOTE,)
             if any(r.mechanism == "gaussian" for r in rel) and GAUSSIAN_CURVE_NOTE not in notes:
                 notes += (GAUSSIAN_CURVE_NOTE,)
+            if any(r.mechanism == "discrete-gaussian" for r in rel) and \
+                    DISCRETE_GAUSSIAN_SCALAR_NOTE not in notes:
+                notes += (DISCRETE_GAUSSIAN_SCALAR_NOTE,)
             return cls(estimator, variant, relation, "pld", rel, approx, approx, requested,
                        notes)
         zcdp_parallel = composition == "parallel" and any(isinstance(b, ZCDP) for b in per)

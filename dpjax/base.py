@@ -706,8 +706,8 @@ def _secure_plan(estimator, n, data, state0, hp, hparams, grid, target=None) -> 
         cause = (f"its releases compose to delta = {got:.6g}, above the requested delta, and "
                  "no noise factor changes a delta")
         if requested.delta == 0 and "discrete-gaussian" in kinds:
-            cause += (" (discrete Gaussian releases are accounted in zCDP, which proves no "
-                      "delta = 0 guarantee: request a positive delta)")
+            cause += (" (a discrete Gaussian release proves no delta = 0 guarantee: request a "
+                      "positive delta)")
         return cause
 
     if isinstance(requested, ApproxDP):
@@ -722,8 +722,11 @@ def _secure_plan(estimator, n, data, state0, hp, hparams, grid, target=None) -> 
             if got > requested.delta:
                 refuse(delta_cause(got) + " (even with every per-step share rounded down)")
 
+    spent_at = functools.lru_cache(maxsize=None)(  # one ledger per factor tried
+        lambda kappa: _spent(ledger_at(kappa, plan, events), requested))
+
     def short(kappa: float, margin: float = _KAPPA_MARGIN) -> bool:
-        return not _spent(ledger_at(kappa, plan, events), requested) <= 1.0 - margin
+        return not spent_at(kappa) <= 1.0 - margin
 
     if not kinds & set(NOISE_FACTOR_KINDS):
         # no release the factor scales (pure l2-ball randomizer reports): the planned noise
@@ -754,10 +757,47 @@ def _secure_plan(estimator, n, data, state0, hp, hparams, grid, target=None) -> 
             lo, hi = 0.5 * lo, lo
             if lo < 1.0 / top:  # the request is met at every factor tried: keep the smallest
                 return plan._replace(noise_factor=hi)
-    while hi - lo > 1e-9 * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if short(mid) else (lo, mid)
-    return plan._replace(noise_factor=hi)
+    return plan._replace(noise_factor=_solve_kappa(spent_at, lo, hi))
+
+
+def _solve_kappa(spent_at, lo: float, hi: float) -> float:
+    """The smallest noise factor (to a relative 1e-9) whose ledger spends at most ``1 -
+    _KAPPA_MARGIN`` of the request, in a bracket ``[lo, hi]`` (``lo`` spends more, ``hi`` not):
+    regula falsi on ``log spent`` against ``log kappa`` (nearly linear: a few ledgers, where
+    each may be a composition of privacy loss distributions) with the Illinois step, a
+    bisection every third step so that the bracket at least halves, and an early stop once
+    ``hi`` spends within 1e-6 (relative) of the aim: a PLD ledger's epsilon moves in steps of
+    about that size (its privacy loss is discretised), so a closer aim only costs ledgers.
+    Returns ``hi``: never above the aim."""
+    aim = math.log1p(-_KAPPA_MARGIN)
+
+    def f(k: float) -> float:  # > 0 (or nan): spends more than the aim
+        got = spent_at(k)
+        return math.log(got) - aim if 0 < got < math.inf else (math.inf if got else -math.inf)
+
+    flo, fhi = f(lo), f(hi)
+    # the secant's values (Illinois: the end kept twice is halved), aimed at the middle of the
+    # accepted window [-1e-6, 0], so that a step landing on the root stops there
+    wlo, whi = flo + 5e-7, fhi + 5e-7
+    side, step = 0, 0
+    while hi - lo > 1e-9 * hi and not -1e-6 <= fhi <= 0:
+        step += 1
+        x = 0.5 * (lo + hi)
+        if step % 3 and math.isfinite(wlo) and math.isfinite(whi) and wlo > whi:
+            t = wlo / (wlo - whi)  # the secant's root in log kappa
+            cand = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
+            if lo < cand < hi:
+                x = cand
+        fx = f(x)
+        if not fx <= 0:  # short: the aim lies above x
+            lo, flo, wlo = x, fx, fx + 5e-7
+            whi = 0.5 * whi if side == -1 else whi
+            side = -1
+        else:
+            hi, fhi, whi = x, fx, fx + 5e-7
+            wlo = 0.5 * wlo if side == 1 else wlo
+            side = 1
+    return hi
 
 
 def _plain_event(e):
@@ -787,12 +827,14 @@ def _secure_guarantee(plan: _SecurePlan, events):
     """The releases of a secure run and their composition: ``(guarantee, approx_dp,
     releases, composition)``.
 
-    Within a step the releases compose in zCDP when any is a discrete Gaussian (pure ones as
-    ``eps^2/2``; a discrete Gaussian on an l2 vector statistic has no exact privacy loss
-    distribution here), else by privacy loss distributions (each release's exact PLD: discrete
-    Laplace, exact peeling's rounds and values, the l2-ball randomizer's coin; the pessimistic
-    epsilon at the plan's delta, :mod:`dpjax._pld`) where dp_accounting is installed, else by
-    basic composition; across steps in parallel (the largest) where no record enters two
+    Within a step the releases compose by privacy loss distributions (each release's exact
+    PLD: discrete Laplace, a discrete Gaussian on a scalar statistic, exact peeling's rounds and
+    values, the l2-ball randomizer's coin; the pessimistic epsilon at the plan's delta,
+    :mod:`dpjax._pld`) where dp_accounting is installed; in zCDP (pure releases as
+    ``eps^2/2``) when a discrete Gaussian cannot be composed so -- one on a vector statistic
+    (no exact PLD here: :data:`~dpjax.accounting.DISCRETE_GAUSSIAN_VECTOR_NOTE`), a zCDP
+    request, a pure (delta = 0) request, or no dp_accounting; else by basic composition. Across
+    steps in parallel (the largest) where no record enters two
     steps' releases -- disjoint batches, or local DP, where each user reports once, in its own
     round (every local estimator of dpjax is built so; its default ledger composes in parallel
     too) -- else as within a step. zCDP is converted to (epsilon, delta) at the plan's delta by
@@ -815,16 +857,21 @@ def _secure_guarantee(plan: _SecurePlan, events):
     releases = [Release.from_event(e, f"release {i + 1} of each step (integer noise on a "
                                       "public grid)", data) for i, e in enumerate(events)]
     steps = plan.num_steps
-    zcdp = any(e.kind == "discrete-gaussian" for e in events)
+    gaussians = [r for r in releases if r.mechanism == "discrete-gaussian"]
+    pld_ok = _pld.available() and 0 <= _pld_delta(plan) < 1
+    zcdp = bool(gaussians) and not (
+        pld_ok and _pld_delta(plan) > 0 and not isinstance(plan.requested, ZCDP)
+        and all(r.scalar_discrete_gaussian for r in gaussians))
     per_step = np.zeros(steps)
     per_step_delta = np.zeros(steps)
     for r in releases:
         budgets = r.budgets()
         if zcdp:
             vals = [b.rho if isinstance(b, ZCDP) else _approx_to_zcdp(b).rho for b in budgets]
-        else:
-            vals = [b.epsilon for b in budgets]
-            per_step_delta += np.asarray([b.delta for b in budgets]).reshape(steps, -1).sum(1)
+        else:  # (a scalar discrete Gaussian's rho: finite where noise was drawn, as its PLD)
+            vals = [b.rho if isinstance(b, ZCDP) else b.epsilon for b in budgets]
+            per_step_delta += np.asarray([getattr(b, "delta", 0.0) for b in budgets]
+                                         ).reshape(steps, -1).sum(1)
         with np.errstate(invalid="ignore"):
             per_step += np.asarray(vals, np.float64).reshape(steps, -1).sum(1)
     combine = np.max if disjoint else np.sum
@@ -834,7 +881,7 @@ def _secure_guarantee(plan: _SecurePlan, events):
         guarantee = ZCDP(total)
         approx = zcdp_to_approx_dp(total, plan.delta)
         within = "zcdp"
-    elif _pld.available() and 0 <= _pld_delta(plan) < 1 and math.isfinite(total):
+    elif pld_ok and (gaussians or math.isfinite(total)):
         def entries(t: int | None):  # the components of step t's releases (None: all steps)
             out = []
             for r in releases:
@@ -877,7 +924,13 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
     with the request, variant label and notes of the estimator's own ledger (:func:`_secure_plan`)
     and notes saying what it assumes."""
     from dpjax import _pld
-    from dpjax.accounting import GAUSSIAN_CURVE_NOTE, Ledger
+    from dpjax.accounting import (
+        DISCRETE_GAUSSIAN_SCALAR_NOTE,
+        DISCRETE_GAUSSIAN_VECTOR_NOTE,
+        GAUSSIAN_CURVE_NOTE,
+        ZCDP,
+        Ledger,
+    )
     from dpjax.mechanisms import SECURE_KINDS
 
     events = _as_tuple(events)
@@ -889,10 +942,11 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
     grid_note = ("per release, the largest power of two <= Delta/(64 sqrt(d))" if plan.grid is
                  None else f"{plan.grid:g}")
     kinds = {e.kind for e in events}
+    in_zcdp = isinstance(guarantee, ZCDP)  # discrete Gaussians composed in zCDP
     # the estimator's notes, less those about the default path's accounting: its Gaussian
     # curve, its conversion, and a composition rule the secure ledger does not use
     other_rules = (("basic composition", "by pld", "privacy loss distributions")
-                   if "discrete-gaussian" in kinds else ("zcdp composition",))
+                   if in_zcdp else ("zcdp composition",))
     kept = tuple(n for n in plan.notes if n != GAUSSIAN_CURVE_NOTE
                  and not n.startswith("(epsilon, delta) from rho-zCDP by the")
                  and not any(rule in n.lower() for rule in other_rules))
@@ -905,23 +959,38 @@ def _secure_ledger(estimator, plan: _SecurePlan, events):
         "range: delta < exp(-10^5)); sensitivities are of the rounded statistics, in grid "
         "units",
     ]
-    if "discrete-gaussian" in kinds:
+    if in_zcdp:
         notes.append(f"discrete Gaussian releases accounted in zCDP; (epsilon, delta) from "
                      f"rho-zCDP by the 'cks' conversion at delta = {plan.delta:g}")
+        gaussians = [r for r in releases if r.mechanism == "discrete-gaussian"]
+        if not all(r.scalar_discrete_gaussian for r in gaussians):
+            notes.append(DISCRETE_GAUSSIAN_VECTOR_NOTE + "; the noise factor kappa is solved "
+                         "under this zCDP ledger, so it spends the request as zCDP accounts "
+                         "for it")
+        elif isinstance(plan.requested, ZCDP):
+            notes.append("a zCDP request: its discrete Gaussians compose in zCDP (exact in rho)")
+        elif not _pld.available():
+            notes.append("dp_accounting (the [pld] extra) is not installed: the scalar "
+                         "discrete Gaussians' exact PLD is unavailable, composed in zCDP")
     elif _pld.available() and 0 <= _pld_delta(plan) < 1 and approx.is_private:
         notes.append(f"releases composed by privacy loss distributions (each release's exact "
-                     f"PLD: discrete Laplace, exact peeling's rounds by their epsilon-DP bound, "
-                     f"the randomizer's coin), the pessimistic epsilon at delta = "
-                     f"{_pld_delta(plan):g} (dp_accounting.pld)")
+                     f"PLD: discrete Laplace, the discrete Gaussian on a scalar statistic, "
+                     f"exact peeling's rounds by their epsilon-DP bound, the randomizer's "
+                     f"coin), the pessimistic epsilon at delta = {_pld_delta(plan):g} "
+                     f"(dp_accounting.pld)")
+        if "discrete-gaussian" in kinds:
+            notes.append(DISCRETE_GAUSSIAN_SCALAR_NOTE)
     if kinds & {"discrete-gaussian", "discrete-laplace", "discrete-noisy-ht"}:
         notes.append(
             f"noise factor kappa = {plan.noise_factor:.6g}: every discrete noise is kappa times "
             "the one carried over from the default path's calibration (rho / kappa^2, "
             "epsilon / kappa), solved (above or below 1) so that this accounting delivers the "
-            "request: at most it, within 1e-6 of it (1 for a paper-literal variant that does not "
+            "request: at most it, within about 2e-6 of it where the ledger moves smoothly with "
+            "kappa (1 for a paper-literal variant that does not "
             "spend its request)")
     if local:
-        rule = "zCDP" if "discrete-gaussian" in kinds else "basic composition"
+        rule = "zCDP" if in_zcdp else ("privacy loss distributions"
+                                       if "pld" in composition else "basic composition")
         notes.append(f"local DP: each user's own guarantee (its releases composed by {rule}); "
                      "users are disjoint, so nothing composes across users")
     if plan.delta_factor != 1.0:

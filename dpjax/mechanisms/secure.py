@@ -201,7 +201,7 @@ def _secure_release(key: jax.Array, stat: BoundedStatistic, scale: Any, kind: st
     else:
         released, noise = dn.secure_gaussian_mechanism(key, value, sens, budget, grid,
                                                        mode.noise_factor)
-    event = secure_event(noise, stat.relation, true_int)
+    event = secure_event(noise, stat.relation, true_int, size)
     if mode.plan:
         fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(PrivacyEvent)}
         event = PlannedEvent(**fields, float_event=_event(kind, stat, scale(stat.sensitivity),
@@ -220,13 +220,16 @@ def _f32_sqrt(m: Any, up: bool) -> np.float32:
     return v
 
 
-def secure_event(noise: Any, relation: str = "replace-one", true_sensitivity: Any = None
-                 ) -> PrivacyEvent:
+def secure_event(noise: Any, relation: str = "replace-one", true_sensitivity: Any = None,
+                 size: int | None = None) -> PrivacyEvent:
     """A secure release (:class:`dpjax.discrete_noise.SecureNoise`) as a
     :class:`PrivacyEvent` (sensitivity in grid units), so :mod:`dpjax.accounting` composes it
     with the others: the discrete Laplace gives ``Delta_1 / t``-DP, the discrete Gaussian
-    ``Delta_2^2 / (2 sigma^2)``-zCDP. ``true_sensitivity`` (default: the sensitivity) is in the
-    units of ``noise.sensitivity`` (squared for the Gaussian). Concrete values are stored on
+    ``Delta_2^2 / (2 sigma^2)``-zCDP, and on a scalar statistic (``size = 1``) its exact
+    privacy loss distribution. ``true_sensitivity`` (default: the sensitivity) is in the
+    units of ``noise.sensitivity`` (squared for the Gaussian). ``size``: the number of
+    coordinates of the statistic, recorded as the discrete Gaussian event's ``s`` (``None``:
+    not recorded, ``s = 0``, which the ledger treats as a vector). Concrete values are stored on
     the safe side of float32 (sensitivities rounded up, the Gaussian's ``sigma`` down), so the
     ledger never reads a weaker noise than the one used. (Built here, not in
     :mod:`dpjax.discrete_noise`, which imports nothing from the mechanisms.)"""
@@ -251,5 +254,6 @@ def secure_event(noise: Any, relation: str = "replace-one", true_sensitivity: An
         else:
             scale = np.sqrt(param)  # 0 (no noise) or NaN
     f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    dim = 1 if kind == "discrete-laplace" else (0 if size is None else int(size))
     return PrivacyEvent(kind, f(sens), f(scale), f(tr), jnp.zeros((), jnp.float32), norm,
-                        relation)
+                        relation, dim)

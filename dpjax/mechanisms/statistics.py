@@ -173,7 +173,9 @@ class PrivacyEvent:
             for NoisyHT, exact or not, the delta of its advanced composition).
         norm, relation: of the sensitivity (static).
         s: the number of coordinates a NoisyHT release selects (static; for
-            ``"objective-perturbation"``, the dimension of the noise vector).
+            ``"objective-perturbation"``, the dimension of the noise vector; for
+            ``"discrete-gaussian"``, the statistic's number of coordinates, 0 if not recorded:
+            a scalar's exact privacy loss distribution is composed, a vector's zCDP bound).
         log_constant: the ``c`` of a classic Gaussian's ``log(c / delta)`` (static).
         calibration: for ``"gaussian"``, one of :data:`GAUSSIAN_CALIBRATIONS` (static;
             informative only: the ledger reads the guarantee off the exact curve).
