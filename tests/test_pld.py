@@ -704,6 +704,22 @@ def test_vector_discrete_gaussian_stays_in_zcdp_and_says_why():
            reference_epsilon(both, 1e-5, pessimistic=False))
 
 
+def test_a_discrete_gaussian_event_built_without_its_dimension_is_not_a_scalar():
+    """A discrete Gaussian event a user builds by hand, not naming ``s``, is of unknown
+    dimension (``s = 0``): composed by its zCDP bound, never by the scalar's exact PLD (which
+    would be optimistic for a vector); other kinds keep ``s = 1`` by default."""
+    one = jnp.asarray([64.0])
+    ev = PrivacyEvent("discrete-gaussian", one, jnp.asarray([300.0]), one, jnp.asarray([0.0]))
+    assert ev.s == 0
+    rel = Release.from_event(ev, "a hand-built release")
+    assert not rel.scalar_discrete_gaussian
+    assert Ledger.build("hand", [rel], delta=1e-5).composition == "zcdp"
+    explicit = PrivacyEvent("discrete-gaussian", one, jnp.asarray([300.0]), one,
+                            jnp.asarray([0.0]), s=1)
+    assert Release.from_event(explicit, "a scalar").scalar_discrete_gaussian
+    assert PrivacyEvent("laplace", one, one, one, jnp.asarray([0.0])).s == 1
+
+
 def test_discrete_gaussian_truncation_removes_at_most_its_tail():
     """The truncation bound of a discrete Gaussian component removes at most DG_TAIL of the
     noise's mass (exact sums in log space), and the ledger's delta counts it per release."""

@@ -174,8 +174,9 @@ class PrivacyEvent:
         norm, relation: of the sensitivity (static).
         s: the number of coordinates a NoisyHT release selects (static; for
             ``"objective-perturbation"``, the dimension of the noise vector; for
-            ``"discrete-gaussian"``, the statistic's number of coordinates, 0 if not recorded:
-            a scalar's exact privacy loss distribution is composed, a vector's zCDP bound).
+            ``"discrete-gaussian"``, the statistic's number of coordinates, 0 if not recorded
+            (the default for that kind): a scalar's exact privacy loss distribution is
+            composed, a vector's or an unrecorded one's zCDP bound).
         log_constant: the ``c`` of a classic Gaussian's ``log(c / delta)`` (static).
         calibration: for ``"gaussian"``, one of :data:`GAUSSIAN_CALIBRATIONS` (static;
             informative only: the ledger reads the guarantee off the exact curve).
@@ -191,13 +192,17 @@ class PrivacyEvent:
     delta: jax.Array
     norm: str = "l2"
     relation: str = "replace-one"
-    s: int = 1
+    s: int | None = None
     log_constant: float = 1.25
     calibration: str = ""
     dtype: str = ""
 
     def __post_init__(self) -> None:
         _validate.check_choice(self.kind, "kind", KINDS)
+        if self.s is None:  # unrecorded: 1 (one coordinate selected), but for a discrete
+            # Gaussian 0, a statistic of unknown dimension, which the ledger composes by its
+            # zCDP bound (only a recorded scalar, s = 1, by its exact PLD)
+            object.__setattr__(self, "s", 0 if self.kind == "discrete-gaussian" else 1)
 
 
 jax.tree_util.register_dataclass(
