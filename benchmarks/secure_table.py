@@ -324,12 +324,18 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.save).write_text(json.dumps({"seconds": total, "rows": [
             {**r, "error": f"{type(r['error']).__name__}: {r['error']}"} if "error" in r else r
             for r in rows]}))
-    out = table(rows)
     note = (f"Measured by `python benchmarks/secure_table.py --write` on "
             f"{time.strftime('%Y-%m-%d')} ({machine()}; {total / 60:.1f} minutes in all).")
+    return _report(rows, note, args.write)
+
+
+def _report(rows: list[dict], note: str, write: bool) -> int:
+    """Print the table and the family ratios; with ``write``, put them into docs/privacy.md and
+    benchmarks/README.md between their markers, with ``note`` (how and when measured)."""
+    out = table(rows)
     print(out)
     print(family_ratios(rows))
-    if args.write:
+    if write:
         page = PRIVACY_PAGE.read_text()
         PRIVACY_PAGE.write_text(replace_between(page, TABLE_MARKERS, f"{out}\n\n{note}"))
         readme = BENCH_README.read_text()
@@ -352,19 +358,10 @@ def _combine(files: list[str], write: bool) -> int:
     missing = sorted(set(order) - {r["fit"] for r in rows})
     if missing:
         raise SystemExit(f"--combine: no rows of {', '.join(missing)}")
-    out = table(rows)
     note = (f"Measured by `python benchmarks/secure_table.py --fits ... --save PART` in "
             f"{len(files)} parts, combined by `--combine ... --write`, on "
             f"{time.strftime('%Y-%m-%d')} ({machine()}; {total / 60:.1f} minutes in all).")
-    print(out)
-    print(family_ratios(rows))
-    if write:
-        page = PRIVACY_PAGE.read_text()
-        PRIVACY_PAGE.write_text(replace_between(page, TABLE_MARKERS, f"{out}\n\n{note}"))
-        readme = BENCH_README.read_text()
-        BENCH_README.write_text(replace_between(readme, RATIO_MARKERS,
-                                                f"{family_ratios(rows)}\n\n{note}"))
-    return 0
+    return _report(rows, note, write)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import pytest
 
 from dpjax import base, study, sweep
 from dpjax.algorithms import ldp_sparse as L
+from tests.test_sweep_shared import _assert_close, _per_setting
 
 INF = math.inf
 
@@ -30,19 +31,6 @@ def _experiment_settings(name, overrides=None, quick=False):
     exp = dpjax.experiments.registry()[name]
     config = study.resolve_config(exp, overrides, quick=quick)
     return exp, study._study_settings(exp, config)
-
-
-def _own(setting, reps, seed):
-    """The setting's own kernel (no padding): today's results."""
-    f = sweep.study_function(setting, reps=reps, seed=seed, num_devices=1)
-    return jax.tree_util.tree_map(np.asarray, f(setting.hparams()))
-
-
-def _assert_close(shared, own):
-    assert set(shared) == set(own)
-    for k in own:
-        assert shared[k].shape == own[k].shape, k
-        np.testing.assert_allclose(shared[k], own[k], rtol=2e-5, atol=2e-6, err_msg=k)
 
 
 def _ledgers(setting, metrics):
@@ -72,7 +60,7 @@ def _assert_shared_equals_own(settings, reps=2, seed=5):
         assert (prog.rows, prog.steps) != (sweep.own_program(st).rows, st.estimator.num_steps) \
             or st.key in plan
         shared = sweep.run_setting(st, reps=reps, seed=seed, num_devices=1, program=prog)
-        own = _own(st, reps, seed)
+        own = _per_setting(st, reps, seed)
         _assert_close(shared, own)
         # the accounting sees the setting's own group sizes and rounds, never the padded ones
         assert _ledgers(st, shared) == _ledgers(st, own)
