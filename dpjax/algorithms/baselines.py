@@ -47,6 +47,7 @@ from dpjax.mechanisms import (
     gaussian_mechanism,
     gaussian_mechanism_zcdp,
     laplace_mechanism,
+    records_dot,
     sanitize,
 )
 from dpjax.mechanisms.calibration import gaussian_multiplier_analytic
@@ -135,14 +136,14 @@ def _adassp_stats(x: jax.Array, y: jax.Array, hp: AdaSSPHyperparams):
     """
     xc = clip_l2(x, hp.x_bound)
     yc = clip_linf(y, hp.y_bound)
-    xtx = xc.T @ xc
+    xtx = records_dot(xc, xc)
     d = x.shape[1]
     iu = jnp.triu_indices(d)
     xb2 = jnp.square(hp.x_bound)
     lam_min = jnp.linalg.eigvalsh(xtx)[0]
     return (BoundedStatistic(lam_min, xb2, "l2"),
             BoundedStatistic(xtx[iu], jnp.sqrt(2.0) * xb2, "l2"),
-            BoundedStatistic(xc.T @ yc, 2.0 * hp.x_bound * hp.y_bound, "l2"))
+            BoundedStatistic(records_dot(xc, yc), 2.0 * hp.x_bound * hp.y_bound, "l2"))
 
 
 def _adassp_step(key: jax.Array, state: BaselineState, data, hp: AdaSSPHyperparams):
@@ -277,8 +278,8 @@ def _ssp_laplace_stats(x: jax.Array, y: jax.Array, hp: SSPLaplaceHyperparams):
     d = x.shape[1]
     s_xx, s_xy = ssp_laplace_sensitivities(d, hp.x_bound, hp.y_bound)
     iu = jnp.triu_indices(d)
-    return (BoundedStatistic((xc.T @ xc)[iu], s_xx, "l1"),
-            BoundedStatistic(xc.T @ yc, s_xy, "l1"))
+    return (BoundedStatistic(records_dot(xc, xc)[iu], s_xx, "l1"),
+            BoundedStatistic(records_dot(xc, yc), s_xy, "l1"))
 
 
 def _ssp_laplace_step(key: jax.Array, state: BaselineState, data, hp: SSPLaplaceHyperparams):
@@ -457,9 +458,9 @@ def _logistic_objective(x, s, gamma, b):
     def grad_hess(beta):
         m = s * (x @ beta)
         p = jax.nn.sigmoid(-m)  # -dl/dm
-        g = -(x.T @ (s * p)) + gamma * beta + b
+        g = -records_dot(x, s * p) + gamma * beta + b
         w = p * (1.0 - p)
-        h = (x * w[:, None]).T @ x + gamma * jnp.eye(x.shape[1], dtype=x.dtype)
+        h = records_dot(x * w[:, None], x) + gamma * jnp.eye(x.shape[1], dtype=x.dtype)
         return g, h
 
     def decrease(beta, direction, alpha):

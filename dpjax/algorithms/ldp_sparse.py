@@ -86,6 +86,7 @@ from dpjax.mechanisms import (
     _analytic_mu_jnp,
     clip_l2,
     clip_linf,
+    records_dot,
     gaussian_multiplier_analytic,
     local_mechanism,
     secure_active,
@@ -165,7 +166,7 @@ def _solve_threshold(sxx: jax.Array, sxy: jax.Array, lam: Any):
 def closed_form(x: jax.Array, y: jax.Array, lam: Any) -> jax.Array:
     """The non-private estimator ``S_lambda(Sigma_hat_xx^{-1} Sigma_hat_xy)`` (eq. 2)."""
     n = x.shape[0]
-    return soft_threshold(jnp.linalg.solve(x.T @ x / n, x.T @ y / n), lam)
+    return soft_threshold(jnp.linalg.solve(records_dot(x, x) / n, records_dot(x, y) / n), lam)
 
 
 def ols(x: jax.Array, y: jax.Array) -> jax.Array:
@@ -180,7 +181,7 @@ def plain_iht(x: jax.Array, y: jax.Array, k_prime: int, num_steps: int, eta: Any
     n = x.shape[0]
 
     def body(theta, _):
-        grad = x.T @ (x @ theta - y) / n
+        grad = records_dot(x, x @ theta - y) / n
         return project_l2(trunc(theta - eta * grad, k_prime), theta_norm), None
 
     theta, _ = jax.lax.scan(body, jnp.zeros(x.shape[1], x.dtype), None, length=num_steps)
@@ -389,7 +390,7 @@ def _nldp_reports(key, x, y, hp, d, per_user, cov, calibration, count=None):
                                      eps_half, delta_half, per_user=True,
                                      calibration=calibration)
     else:
-        mean_cov = BoundedStatistic(x_clip.T @ x_clip / m, range_cov, "l2", "local")
+        mean_cov = BoundedStatistic(records_dot(x_clip, x_clip) / m, range_cov, "l2", "local")
         rel_cov = local_gaussian_aggregate(key_cov, mean_cov, m, eps_half, delta_half,
                                            symmetric=True, calibration=calibration)
         mean_xy = BoundedStatistic(jnp.mean(prods, axis=0) if count is None else
@@ -798,7 +799,7 @@ def nldp_public(*, release: Literal["full", "alg1-copy"] = "full",
             rel = local_gaussian_aggregate(
                 key, BoundedStatistic(jnp.mean(prods, axis=0), range_xy, "l2", "local"), m,
                 eps, delta, calibration=calibration)
-        sigma_pub = x_pub.T @ x_pub / x_pub.shape[0]
+        sigma_pub = records_dot(x_pub, x_pub) / x_pub.shape[0]
         beta, min_eig = _solve_threshold(sigma_pub, rel.value, hp.lam)
         beta = jnp.where(min_eig > 0, beta, jnp.zeros_like(beta))
         return PublicState(beta, min_eig), PublicInfo((rel.event,))

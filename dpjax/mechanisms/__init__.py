@@ -47,7 +47,8 @@ module                                  holds
 :mod:`dpjax.mechanisms.statistics`      :class:`BoundedStatistic`, :class:`PrivacyEvent`,
                                         bounded sums and means
 :mod:`dpjax.mechanisms.clipping`        :func:`sanitize`, :func:`clip_l2`, :func:`clip_linf`,
-                                        :func:`l2_norm`, :func:`clipped_outer_mean`
+                                        :func:`l2_norm`, :func:`clipped_outer_mean`,
+                                        :func:`records_dot`
 :mod:`dpjax.mechanisms.calibration`     the multipliers and scales of the table above
 :mod:`dpjax.mechanisms.secure`          :func:`secure_noise`: exact discrete noise
 :mod:`dpjax.mechanisms.noise`           the Laplace and Gaussian mechanisms and their draws
@@ -91,6 +92,7 @@ from dpjax.mechanisms.clipping import (
     clip_linf,
     clipped_outer_mean,
     l2_norm,
+    records_dot,
     sanitize,
 )
 from dpjax.mechanisms.local import (
@@ -156,6 +158,7 @@ __all__ = [
     "clip_l2",
     "clip_linf",
     "clipped_outer_mean",
+    "records_dot",
     "l2_norm",
     "sanitize",
     "GAUSSIAN_CALIBRATIONS",

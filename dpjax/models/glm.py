@@ -66,7 +66,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.mechanisms import BoundedStatistic, clip_l2, clip_linf, sanitize
+from dpjax.mechanisms import BoundedStatistic, clip_l2, clip_linf, records_dot, sanitize
 
 __all__ = ["GLM", "GLMData", "decode_design", "sparse_sphere_beta", "sphere_beta"]
 
@@ -316,7 +316,7 @@ class GLM:
         n = data.y.shape[0]
 
         def part(x, y):
-            return (self.mean(x @ beta) - y) @ x
+            return records_dot(x, self.mean(x @ beta) - y)
 
         return self._rowwise(part, data.x, data.y) / n
 
@@ -373,9 +373,9 @@ class GLM:
 
         def masked(resid, xt, keep):
             if keep is None:
-                return resid @ xt
+                return records_dot(xt, resid)
             zero = jnp.zeros((), xt.dtype)
-            return jnp.where(keep, resid, zero) @ jnp.where(keep[:, None], xt, zero)
+            return records_dot(jnp.where(keep[:, None], xt, zero), jnp.where(keep, resid, zero))
         R = jnp.asarray(truncation, beta.dtype)
         U = self.predictor_bound
         # 8-bit codes decode inside the box [-255/256, 255/256]^d (and so inside the l2 ball):

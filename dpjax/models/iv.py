@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _cpu_prng, _validate
-from dpjax.mechanisms import BoundedStatistic, clipped_outer_mean, l2_norm, sanitize
+from dpjax.mechanisms import BoundedStatistic, clipped_outer_mean, l2_norm, records_dot, sanitize
 
 __all__ = [
     "IVData",
@@ -115,7 +115,7 @@ def first_stage_gradient(theta: jax.Array, data: IVData, count: Any = None) -> j
     """Non-private, unclipped ``(1/n) Z^T (Z Theta - X)``, shape ``(q, p)`` (``count``: ``n``
     at runtime, for data padded with zero rows by :func:`mask_rows`)."""
     n = data.z.shape[0] if count is None else count
-    return data.z.T @ (data.z @ theta - data.x) / n
+    return records_dot(data.z, data.z @ theta - data.x) / n
 
 
 def second_stage_gradient(theta: jax.Array, beta: jax.Array, data: IVData,
@@ -124,7 +124,7 @@ def second_stage_gradient(theta: jax.Array, beta: jax.Array, data: IVData,
     (``count`` as in :func:`first_stage_gradient`)."""
     n = data.z.shape[0] if count is None else count
     w = data.z @ theta
-    return w.T @ (w @ beta - data.y) / n
+    return records_dot(w, w @ beta - data.y) / n
 
 
 def clipped_first_stage_gradient(
@@ -211,10 +211,10 @@ def least_squares(a: jax.Array, b: jax.Array) -> jax.Array:
     scale = jnp.sqrt(jnp.sum(jnp.square(a), axis=0))
     scale = jnp.where(scale > 0, scale, 1.0)
     a_s = a / scale[None, :]
-    chol = _cholesky(a_s.T @ a_s)
+    chol = _cholesky(records_dot(a_s, a_s))
 
     def solve(rhs):
-        return _back_substitute(chol, _forward_substitute(chol, a_s.T @ rhs))
+        return _back_substitute(chol, _forward_substitute(chol, records_dot(a_s, rhs)))
 
     x = solve(b)
     x = x + solve(b - a_s @ x)
