@@ -43,6 +43,7 @@ def test_records_dot_is_the_product_in_every_layout():
                                    atol=1e-5 * np.sqrt(n))
         if n <= RECORDS_BLOCK:  # the plain product, bit for bit
             np.testing.assert_array_equal(records_dot(a, b), a.T @ b)
+            np.testing.assert_array_equal(records_dot(a, b[:, 0]), b[:, 0] @ a)
 
 
 def test_records_dot_refuses_what_it_cannot_sum():
