@@ -86,9 +86,9 @@ from dpjax.mechanisms import (
     _analytic_mu_jnp,
     clip_l2,
     clip_linf,
-    records_dot,
     gaussian_multiplier_analytic,
     local_mechanism,
+    records_dot,
     secure_active,
 )
 
