@@ -32,6 +32,7 @@ from dpjax import _validate
 from dpjax._validate import TracedFitError
 
 __all__ = [
+    "ROW_BLOCK",
     "Estimator",
     "FitResult",
     "Padded",
@@ -42,6 +43,7 @@ __all__ = [
     "StepFn",
     "as_key",
     "batch_size",
+    "fold_rows",
     "probe_events",
     "run",
     "run_padded",
@@ -49,6 +51,11 @@ __all__ = [
 ]
 
 PyTree = Any
+
+#: rows per block of the padded steps that add up their records block by block
+#: (:attr:`Padded.row_block`, :func:`fold_rows`): work within one block of a setting's own
+#: ``n``, whatever rows its program is padded to
+ROW_BLOCK = 4096
 
 
 class InitFn(Protocol):
@@ -115,6 +122,12 @@ class Padded(NamedTuple):
             ``init(params0, sizes)``; it must not close over ``s``, so estimators that differ
             in it share the form but for this field (:mod:`dpjax.sweep` compiles it once per
             bound ``s_max``, the largest ``s`` of a bucket, :func:`dpjax.sweep.plan_programs`).
+        row_block: ``None``, or the rows per block of a step that adds up its per-record terms
+            by :func:`fold_rows`: block by block up to the last block holding a record, so
+            its work follows the count, not the padded rows. A study may then pad such a
+            setting to a bucket of any size its memory allows (one program for every ``n`` of
+            a family): its work is ``ceil(n / row_block) row_block`` rows, under twice its
+            own once ``n >= row_block`` (:func:`dpjax.sweep.plan_programs`).
     """
 
     family: str
@@ -122,6 +135,7 @@ class Padded(NamedTuple):
     step: Callable[..., tuple[PyTree, PyTree]]
     batching: Literal["disjoint", "full"]
     sparsity: int | None = None
+    row_block: int | None = None
 
 
 class Estimator(NamedTuple):
@@ -308,6 +322,55 @@ def run_padded(
 
     stop = jnp.minimum(jnp.asarray(sizes.num_steps, jnp.int32), max_steps)
     return jax.lax.fori_loop(jnp.int32(0), stop, body, (state, trace0))
+
+
+def fold_rows(fn: Callable[[PyTree, jax.Array], PyTree], data: PyTree, mask: jax.Array,
+              block: int | None) -> PyTree:
+    """``sum_b fn(rows of block b, their mask)`` over the blocks of ``block`` rows that hold a
+    record: the sum over records of a padded step (:class:`Padded` with ``row_block``) whose
+    work follows its count, not its padded rows.
+
+    The records are the first ``sum(mask)`` rows (:class:`Sizes`: a prefix, public); the loop
+    runs the whole blocks up to the one holding the last record (a ``lax.fori_loop`` with
+    that runtime bound), so a setting padded from ``n`` to ``m`` rows computes ``ceil(n /
+    block) block`` rows, not ``m``; ``fn`` masks the padded rows of the last block as ever.
+    Where ``block`` does not divide ``m`` the ``m % block`` rows past the whole blocks are one
+    more call of ``fn``, always made (the shared programs' rows are whole blocks,
+    :func:`dpjax.sweep.padded_rows`; a setting at its own sizes computes all its rows
+    anyway). ``fn(rows, mask)`` returns the block's sum (any pytree of arrays); the blocks are
+    added in order. With ``block`` ``None`` or at least ``m``, this is ``fn(data, mask)``.
+
+    Args:
+        fn: the sum of one block's per-record terms, rows outside ``mask`` contributing
+            nothing.
+        data: leaves with a leading axis of ``m`` rows.
+        mask: ``(m,)`` bool, the rows that are records (a prefix).
+        block: rows per block (static).
+    """
+    m = mask.shape[0]
+    if block is None or block >= m:
+        return fn(data, mask)
+    whole = m // block
+
+    def rows(b):
+        start = b * block
+        sl = jax.tree_util.tree_map(
+            lambda x: jax.lax.dynamic_slice_in_dim(x, start, block, 0), data)
+        return sl, jax.lax.dynamic_slice_in_dim(mask, start, block, 0)
+
+    shapes = jax.eval_shape(lambda: fn(*rows(jnp.int32(0))))
+    acc0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    count = jnp.sum(mask, dtype=jnp.int32)
+    stop = jnp.minimum((count + (block - 1)) // block, whole)
+
+    def body(b, acc):
+        return jax.tree_util.tree_map(jnp.add, acc, fn(*rows(b)))
+
+    acc = jax.lax.fori_loop(jnp.int32(0), stop, body, acc0)
+    if m % block:
+        rest = jax.tree_util.tree_map(lambda x: x[whole * block:], data)
+        acc = jax.tree_util.tree_map(jnp.add, acc, fn(rest, mask[whole * block:]))
+    return acc
 
 
 def probe_events(estimator: Estimator, batch: PyTree, params0: PyTree, hparams: PyTree) -> PyTree:

@@ -115,8 +115,10 @@ __all__ = [
     "private_mean_local",
     "psi",
     "psi_bound",
+    "psi_sums",
     "psi_tail_limit",
     "psi_textbook",
+    "robust_mean_from_sum",
     "robust_mean_statistic",
     "thm2_parameters",
     "wang2020_parameters",
@@ -610,12 +612,31 @@ def robust_mean_statistic(x: Any, s: Any, beta_smooth: Any, count: Any = None
         raise ValueError(f"x must have shape (n,) or (n, d) with n >= 1; got {x.shape}")
     _check_psi_params(s, beta_smooth)
     x, s_arr, beta = _as_float_arrays(x, s, beta_smooth)
+    return robust_mean_from_sum(_psi_column_sums(x, s_arr, beta), s,
+                                x.shape[0] if count is None else count)
+
+
+def psi_sums(x: Any, s: Any, beta_smooth: Any) -> jax.Array:
+    """Each column's sum of :func:`psi` scores of ``(n,)`` (a scalar) or ``(n, d)`` records
+    (``(d,)``), the scores never materialised: the sum :func:`robust_mean_statistic` takes,
+    for a caller that adds it up block by block (:func:`robust_mean_from_sum`)."""
+    x = jnp.asarray(x)
+    if x.ndim not in (1, 2):
+        raise ValueError(f"x must have shape (n,) or (n, d); got {x.shape}")
+    _check_psi_params(s, beta_smooth)
+    return _psi_column_sums(*_as_float_arrays(x, s, beta_smooth))
+
+
+def robust_mean_from_sum(total: Any, s: Any, count: Any) -> BoundedStatistic:
+    r""":func:`robust_mean_statistic` from the sum of the scores (:func:`psi_sums`, perhaps
+    added up over blocks of records) and the public number of records ``count``: the mean
+    ``total / count`` with the replace-one sensitivity ``2 psi_bound(s) / count`` per
+    coordinate, in l2 norm (``sqrt(d)`` times it for a ``d``-vector)."""
+    total = jnp.asarray(total)
     # every score lies in [-psi_bound(s), psi_bound(s)] (psi's clamp): the sum of n of them
     # moves by at most 2 psi_bound(s) when one record is replaced
-    total = _psi_column_sums(x, s_arr, beta)
     diameter = 2.0 * psi_bound(jnp.asarray(s, total.dtype))
-    return bounded_mean_from_sum(total, x.shape[0] if count is None else count, diameter,
-                                 "linf").in_norm("l2")
+    return bounded_mean_from_sum(total, count, diameter, "linf").in_norm("l2")
 
 
 def local_scores(x: Any, s: Any, beta_smooth: Any) -> BoundedStatistic:

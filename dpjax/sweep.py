@@ -77,7 +77,9 @@ __all__ = [
     "level_label",
     "plan_bounds",
     "plan_programs",
+    "padded_rows",
     "Program",
+    "rows_worked",
     "resolve_truth",
     "event_structure",
     "split_events",
@@ -776,8 +778,12 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
     (settings left out keep a program of their own).
 
     Settings of one shape family (:func:`shape_family`) are bucketed by rows, largest first:
-    a bucket's rows are its largest setting's, and a setting joins while that is at most
-    twice its own (geometric buckets: padding never more than doubles a setting's work). A
+    a bucket's rows are its largest setting's, and a setting joins while the rows it works on
+    there (:func:`rows_worked`) are at most twice its own (padding never more than doubles a
+    setting's work): geometric buckets, or for a padded form that adds up its records block
+    by block up to the count (:attr:`dpjax.base.Padded.row_block`), one bucket for every
+    setting of at least one block (its work is its own blocks, whatever the bucket's rows;
+    the memory limit below still applies). A
     bucket's scan runs its longest setting's number of iterations (the others skip the rest,
     at no cost) and its calls carry as many levels as its setting with the fewest (so no
     setting computes more levels than it has, but for filling its last group); where the
@@ -797,22 +803,42 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
             families.setdefault(fam, []).append(s)
     out: dict[str, Program] = {}
     for members in families.values():
+        block = members[0].estimator.padded.row_block
         todo = sorted(members, key=lambda s: (-_data_rows(s), s.key))
         while todo:
-            top = _data_rows(todo[0])
-            bucket = [s for s in todo if 2 * _data_rows(s) >= top]
-            todo = [s for s in todo if 2 * _data_rows(s) < top]
+            rows = padded_rows(_data_rows(todo[0]), block)
+            bucket = [s for s in todo if rows_worked(_data_rows(s), rows, block)
+                      <= 2 * _data_rows(s)]
+            todo = [s for s in todo if s not in bucket]
             # a setting whose own steps at the bucket's rows would pass the limit keeps its
             # own kernel (which can stream its batches); the rest run at their longest steps
             fits = [s for s in bucket if _rep_data_bytes(
-                s, Program(s.estimator.num_steps, top, 1)) <= SHARED_MAX_REP_BYTES]
+                s, Program(s.estimator.num_steps, rows, 1)) <= SHARED_MAX_REP_BYTES]
             if len(fits) > 1:  # one setting alone gains nothing: it keeps its own kernel
                 sparse = [_sparsity(s) for s in fits if _sparsity(s) is not None]
-                prog = Program(max(s.estimator.num_steps for s in fits), top,
+                prog = Program(max(s.estimator.num_steps for s in fits), rows,
                                min(len(s.levels) for s in fits),
                                max(sparse) if sparse else None)
                 out.update((s.key, prog) for s in fits)
     return out
+
+
+def padded_rows(rows: int, block: int | None) -> int:
+    """The rows of a program whose largest setting has ``rows``: those, or for a padded form
+    that adds up its records in blocks (:attr:`dpjax.base.Padded.row_block`) past one block,
+    the whole blocks that hold them (:func:`dpjax.base.fold_rows` needs a multiple)."""
+    if block is None or rows <= block:
+        return rows
+    return -(-rows // block) * block
+
+
+def rows_worked(own: int, rows: int, block: int | None) -> int:
+    """The rows a setting of ``own`` rows computes on per step in a program of ``rows``: all of
+    them, or with blocks (:attr:`dpjax.base.Padded.row_block`) past one block, the whole blocks
+    that hold its own (``ceil(own / block) block``, under ``2 own`` once ``own >= block``)."""
+    if block is None or rows <= block:
+        return rows
+    return min(rows, -(-own // block) * block)
 
 
 def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, program):

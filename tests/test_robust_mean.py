@@ -615,3 +615,22 @@ def test_batched_scores_take_each_path_and_equal_psi(outliers, clustered):
         np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want), rtol=0,
                                    atol=5e-7 * float(s[k]))
         assert np.all(np.abs(np.asarray(got[k])[np.abs(np.asarray(x[k])) == 40.0]) > 1.0)
+
+
+def test_robust_mean_from_block_sums_equals_the_statistic():
+    """The statistic from the scores' sum, added up over blocks (the padded DP-GEM steps):
+    the value and the sensitivity of robust_mean_statistic; a wrong count moves both."""
+    from dpjax.robust_mean import psi_sums, robust_mean_from_sum, robust_mean_statistic
+
+    x = jnp.asarray(np.random.default_rng(4).standard_t(3, size=(1000, 3)), jnp.float32)
+    want = robust_mean_statistic(x, 2.0, 10.0)
+    total = sum(psi_sums(x[i:i + 256], 2.0, 10.0) for i in range(0, 1000, 256))
+    got = robust_mean_from_sum(total, 2.0, 1000)
+    np.testing.assert_allclose(got.value, want.value, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(got.sensitivity, want.sensitivity, rtol=1e-6)
+    assert (got.norm, got.relation) == (want.norm, want.relation)
+    off = robust_mean_from_sum(total, 2.0, 999)
+    assert not np.allclose(off.value, want.value, rtol=1e-4)
+    assert not np.isclose(off.sensitivity, want.sensitivity, rtol=1e-4)
+    with pytest.raises(ValueError, match="shape"):
+        psi_sums(jnp.zeros((2, 2, 2)), 1.0, 1.0)

@@ -250,6 +250,34 @@ def _sizes(real, pad, steps, s=None, s_max=None):
     return base.Sizes(jnp.arange(real + pad) < real, jnp.float32(real), jnp.int32(steps), slots)
 
 
+@pytest.mark.parametrize("batching", ["full", "disjoint"])
+def test_run_padded_runs_only_the_settings_steps_and_branches_on_nothing(batching):
+    """The padded loop runs the setting's own steps and no others, by a while loop with a
+    runtime bound: no conditional per step. (A ``lax.scan`` with a ``lax.cond`` per step
+    made XLA's CPU backend run iv_fig9's padded 2S-GD 4x slower than its own kernel; the
+    jaxpr check fails on that form, the counts on a loop that ignores ``num_steps``.)"""
+    max_steps, steps, rows = 12, 5, 4
+
+    def step(key, state, data, hp, sizes):  # data: the data set, or step t's batch: (rows,)
+        return state + jnp.sum(jnp.where(sizes.mask, data, 0.0)) * hp, ()
+
+    padded = base.Padded("count", lambda p: p, step, batching)
+    data = (jnp.ones((max_steps, rows)) if batching == "disjoint" else jnp.ones((rows,)))
+    sizes = _sizes(3, rows - 3, steps)
+
+    def f(key, data, sizes):
+        return base.run_padded(padded, key, data, jnp.float32(0.0), jnp.float32(1.0), sizes,
+                               max_steps, record=lambda s, info: s)
+
+    final, trace = jax.jit(f)(jax.random.key(0), data, sizes)
+    assert float(final) == 3.0 * steps  # each of the 5 steps adds the 3 real rows, no more
+    np.testing.assert_array_equal(np.asarray(trace)[:steps], 3.0 * np.arange(1, steps + 1))
+    np.testing.assert_array_equal(np.asarray(trace)[steps:], 0.0)  # never run
+    text = str(jax.make_jaxpr(f)(jax.random.key(0), data, sizes))
+    assert "while[" in text
+    assert "cond[" not in text and "scan[" not in text
+
+
 @pytest.mark.parametrize("method", ["hd-dp-em", "ld-dp-em"])
 def test_padded_rows_change_nothing_in_dp_em(method):
     d, n0, pad = 12, 40, 9
@@ -517,6 +545,98 @@ def test_padded_rows_change_nothing_in_clipped_gem_and_dp_em_exact(method):
     np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
     for a, b in zip(jax.tree_util.tree_leaves(info_g),
                     jax.tree_util.tree_leaves(info_w)):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# Steps that add up their records block by block: one program for every n, work by n
+# --------------------------------------------------------------------------------------------
+
+
+def test_fold_rows_adds_only_the_blocks_that_hold_records():
+    m, block = 40, 8
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(m, 3)), jnp.float32)
+
+    def fn(rows, mask):  # the block's masked sum, and 1 per block run
+        return jnp.sum(jnp.where(mask[:, None], rows, 0.0), axis=0), jnp.ones((), jnp.int32)
+
+    run = jax.jit(lambda x, mask: base.fold_rows(fn, x, mask, block))
+    for count, blocks in ((1, 1), (8, 1), (9, 2), (17, 3), (40, 5)):
+        total, ran = run(x, jnp.arange(m) < count)
+        np.testing.assert_allclose(total, np.asarray(x)[:count].sum(0), rtol=1e-5, atol=1e-6)
+        assert int(ran) == blocks  # ceil(count / block): the blocks past the last record never run
+    # one block or none: fn itself, no loop
+    total, ran = base.fold_rows(fn, x, jnp.arange(m) < 5, None)
+    assert int(ran) == 1 and np.allclose(total, np.asarray(x)[:5].sum(0), atol=1e-6)
+    # 30 rows: 3 whole blocks and 6 more, always added (at a setting's own sizes)
+    for count, blocks in ((5, 2), (30, 4)):
+        total, ran = run(x[:30], jnp.arange(30) < count)
+        np.testing.assert_allclose(total, np.asarray(x)[:count].sum(0), rtol=1e-5, atol=1e-6)
+        assert int(ran) == blocks
+
+
+def test_rows_worked_and_padded_rows():
+    assert sweep.padded_rows(10000, 4096) == 12288 and sweep.padded_rows(3000, 4096) == 3000
+    assert sweep.padded_rows(10000, None) == 10000
+    assert sweep.rows_worked(5000, 303104, 4096) == 8192  # its own two blocks
+    assert sweep.rows_worked(300000, 303104, 4096) == 303104
+    assert sweep.rows_worked(3000, 3500, 4096) == 3500  # one block: all rows
+    assert sweep.rows_worked(3000, 12288, None) == 12288
+
+
+def test_gem_settings_an_order_of_magnitude_apart_in_n_share_one_program():
+    """Algorithm 2 adds up its scores in blocks of 4096 records up to the count, so settings
+    with n 3x and 9x apart (which the geometric buckets kept apart) share one program and each
+    equals its own kernel; a setting under half a block keeps its own kernel."""
+    ns = (1500, 5000, 15000, 45000)
+    sets = [_gem_setting(n, 3, 3, eps=(0.5, 1.0)) for n in ns]
+    plan = sweep.plan_programs(sets)
+    assert sets[0].key not in plan  # 1500 rows would work on a whole block of 4096: over 2x
+    prog = {plan[s.key] for s in sets[1:]}
+    assert prog == {sweep.Program(3, 45056, 2)}  # 45000 rows padded to 11 whole blocks
+    for st in sets[1:]:
+        _assert_close(sweep.run_setting(st, reps=2, seed=3, num_devices=1, program=plan[st.key]),
+                      _per_setting(st, 2, 3))
+    # at its own sizes (5000 rows: one whole block and 904 more), as the fingerprint traces it
+    st = sets[1]
+    _assert_close(sweep.run_setting(st, reps=2, seed=3, num_devices=1,
+                                    program=sweep.own_program(st)), _per_setting(st, 2, 3))
+    assert sweep.program_fingerprint(st)["program"]
+
+
+@pytest.mark.parametrize("method", ["dp-gem", "clipped-gem", "dp-em-exact", "dp-gem-split"])
+def test_padded_rows_change_nothing_in_gem_steps_over_row_blocks(method):
+    """The padded GEM steps with blocks of 16 rows (the loop runs): adversarial padded rows,
+    in the last block that holds records and in blocks past it, change nothing."""
+    d, n, T, block = 4, 50, 5, 16
+    m = 96  # 6 blocks; the records fill 3 blocks and 2 rows of a 4th
+    beta = jnp.asarray(sparse_unit_beta(d, d))
+    data = GMM.simulate(jax.random.key(0), n, beta)
+    padded_data = GMMData(jnp.concatenate([data.y, jnp.asarray(_adversarial(m - n, d))]))
+    if method == "clipped-gem":
+        est = dp_gem.clipped_gem(GMM, T)
+        form = dp_gem._padded_clipped(GMM, "gaussian", row_block=block)
+        hp = dp_gem.ClippedGEMHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 1.0, 0.5)))
+    elif method == "dp-em-exact":
+        est = dp_gem.dp_exact_em(GMM, T)
+        form = dp_gem._padded_robust(GMM, "sigma_consistent", False, "gaussian", True,
+                                     row_block=block)
+        hp = dp_gem.DPEMExactHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 0.01, 0.05,
+                                                            0.0)))
+    else:
+        split = method == "dp-gem-split"
+        est = dp_gem.dp_gem(GMM, T, sample_split=split)
+        form = dp_gem._padded_robust(GMM, "sigma_consistent", split, "gaussian", False,
+                                     row_block=block)
+        hp = dp_gem.DPGEMHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 1.0, 0.01, 0.05,
+                                                        0.0)))
+    assert form.row_block == block
+    state = est.init(0.8 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = jax.jit(form.step)(jax.random.key(1), state, padded_data, hp,
+                                     _sizes(n, m - n, T))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(info_g), jax.tree_util.tree_leaves(info_w)):
         np.testing.assert_allclose(a, b, rtol=1e-5)
 
 

@@ -93,7 +93,7 @@ from dpjax.algorithms.ldp_gem import (
     ldp_user_groups,
     local_gradient_scores,
 )
-from dpjax.base import Estimator, FitResult, Padded, fit
+from dpjax.base import ROW_BLOCK, Estimator, FitResult, Padded, fit, fold_rows
 from dpjax.mechanisms import (
     PrivacyEvent,
     bounded_mean,
@@ -103,7 +103,7 @@ from dpjax.mechanisms import (
 )
 from dpjax.mechanisms.calibration import gaussian_multiplier_analytic
 from dpjax.models.protocol import EMModel, algorithm_view
-from dpjax.robust_mean import robust_mean_statistic
+from dpjax.robust_mean import psi_sums, robust_mean_from_sum, robust_mean_statistic
 
 __all__ = [
     "CALIBRATIONS",
@@ -228,35 +228,45 @@ def _num_releases(d: int, num_iterations: int, sample_split: bool) -> int:
 
 
 def _make_robust_step(model: EMModel, num_iterations: int, s_rule: SRule, sample_split: bool,
-                      exact_m: bool, calibration: str = "gaussian"):
+                      exact_m: bool, calibration: str = "gaussian", row_block: int | None = None):
     """Algorithm 2 (``exact_m=False``: ``psi`` of the per-sample gradients, then a gradient step)
     or Algorithm 3 (``exact_m=True``: ``psi`` of the per-sample M-step terms ``f_i``, whose
     private mean *is* the next iterate). ``n`` (hence ``s``) is the size of the data the step
-    sees: the whole data set, or one disjoint batch with ``sample_split``."""
+    sees: the whole data set, or one disjoint batch with ``sample_split``. The padded form
+    (``sizes`` given) adds the scores up over blocks of ``row_block`` records up to the count
+    (:func:`dpjax.base.fold_rows`)."""
+
+    def terms(beta, data, mask=None):
+        return (model.m_step_terms(beta, data, mask=mask) if exact_m
+                else model.per_sample_gradients(beta, data, mask=mask))  # (n, d)
 
     def step(key, state: GEMState, data, hp, sizes=None):
         beta = state.beta
+        d = beta.shape[0]
         if sizes is None:
-            u = (model.m_step_terms(beta, data) if exact_m
-                 else model.per_sample_gradients(beta, data))  # (n, d)
-            n, d = u.shape
-            steps, count = num_iterations, None
+            u = terms(beta, data)
+            n = u.shape[0]
+            steps = num_iterations
         else:  # padded (see _padded_robust): zero rows past the count, psi(0) = 0
-            u = (model.m_step_terms(beta, data, mask=sizes.mask) if exact_m
-                 else model.per_sample_gradients(beta, data, mask=sizes.mask))
-            d = u.shape[1]
-            n = count = sizes.count.astype(beta.dtype)
+            n = sizes.count.astype(beta.dtype)
             steps = sizes.num_steps.astype(beta.dtype)
         s, beta_s = smoothing_parameters(s_rule, n, d, hp)
         rho = total_rho(hp.epsilon, hp.delta, calibration) / _num_releases(
             d, steps, sample_split)
+        if sizes is None:
+            def coordinate(k, column):
+                # the statistic carries its own sensitivity (4 sqrt2 / 3) s / n: never retyped
+                return gaussian_mechanism_zcdp(k, robust_mean_statistic(column, s, beta_s), rho)
 
-        def coordinate(k, column):
-            # the statistic carries its own sensitivity (4 sqrt2 / 3) s / n: never retyped
-            return gaussian_mechanism_zcdp(k, robust_mean_statistic(column, s, beta_s, count),
-                                           rho)
+            g, ev = jax.vmap(coordinate)(jax.random.split(key, d), u.T)
+        else:
+            total = fold_rows(lambda rows, mask: psi_sums(terms(beta, rows, mask), s, beta_s),
+                              data, sizes.mask, row_block)
 
-        g, ev = jax.vmap(coordinate)(jax.random.split(key, d), u.T)
+            def coordinate_sum(k, t):  # t: one coordinate's sum of scores over the records
+                return gaussian_mechanism_zcdp(k, robust_mean_from_sum(t, s, n), rho)
+
+            g, ev = jax.vmap(coordinate_sum)(jax.random.split(key, d), total)
         events = tuple(jax.tree_util.tree_map(lambda a, j=j: a[j], ev) for j in range(d))
         g = g.astype(beta.dtype)
         new = g if exact_m else beta + jnp.asarray(hp.eta, beta.dtype) * g
@@ -267,10 +277,11 @@ def _make_robust_step(model: EMModel, num_iterations: int, s_rule: SRule, sample
 
 
 def _make_clipped_step(model: EMModel, num_iterations: int | None,
-                       calibration: str = "gaussian"):
+                       calibration: str = "gaussian", row_block: int | None = None):
     """Algorithm 1's step; ``num_iterations=None``: the padded form's (:func:`_padded_clipped`),
     with ``n`` and ``T`` from the runtime ``sizes`` (the padded rows' gradients are zero, and so
-    are their clipped terms)."""
+    are their clipped terms), the clipped gradients added up over blocks of ``row_block``
+    records up to the count (:func:`dpjax.base.fold_rows`)."""
     def step(key, state: GEMState, data, hp: ClippedGEMHyperparams, sizes=None):
         beta = state.beta
         if sizes is None:
@@ -280,11 +291,13 @@ def _make_clipped_step(model: EMModel, num_iterations: int | None,
             stat = bounded_mean(clip_l2(g, clip), 2.0 * clip, "l2")
             steps = num_iterations
         else:
-            g = model.per_sample_gradients(beta, data, mask=sizes.mask)
-            clip = jnp.asarray(hp.clip, g.dtype)
-            stat = bounded_mean_from_sum(jnp.sum(clip_l2(g, clip), axis=0),
-                                         sizes.count.astype(g.dtype), 2.0 * clip, "l2")
-            steps = sizes.num_steps.astype(g.dtype)
+            clip = jnp.asarray(hp.clip, beta.dtype)
+            total = fold_rows(lambda rows, mask: jnp.sum(clip_l2(
+                model.per_sample_gradients(beta, rows, mask=mask), clip), axis=0),
+                data, sizes.mask, row_block)
+            stat = bounded_mean_from_sum(total, sizes.count.astype(beta.dtype), 2.0 * clip,
+                                         "l2")
+            steps = sizes.num_steps.astype(beta.dtype)
         rho = total_rho(hp.epsilon, hp.delta, calibration) / steps
         release, ev = gaussian_mechanism_zcdp(key, stat, rho)
         new = beta + jnp.asarray(hp.eta, beta.dtype) * release.astype(beta.dtype)
@@ -363,28 +376,34 @@ def _build_robust(model: EMModel, num_iterations: int, s_rule: SRule, sample_spl
 
 @functools.lru_cache(maxsize=512)
 def _padded_robust(model: EMModel, s_rule: SRule, sample_split: bool,
-                   calibration: str = "gaussian", exact_m: bool = False) -> Padded | None:
+                   calibration: str = "gaussian", exact_m: bool = False,
+                   row_block: int = ROW_BLOCK) -> Padded | None:
     """Algorithms 2 and 3 with ``n`` and ``T`` as runtime values (one program for every ``n``
     and ``T``): they enter the step only through the count of its data (``s``, the mean) and
     the number of releases (``rho``); the padded rows' per-sample terms are zero, and
-    ``psi(0) = 0``."""
+    ``psi(0) = 0``. The scores are added up over blocks of ``row_block`` records up to the
+    count, so a setting's work follows its own ``n`` in a program padded to a larger one."""
     if not getattr(model, "supports_mask", False):
         return None
     batching = "disjoint" if sample_split else "full"
     prefix = "dp-em-exact" if exact_m else "dp-gem"
     return Padded(f"{prefix}/{model.name}[{s_rule},{batching},{calibration}]", _init,
-                  _make_robust_step(model, None, s_rule, sample_split, exact_m, calibration),
-                  batching)
+                  _make_robust_step(model, None, s_rule, sample_split, exact_m, calibration,
+                                    row_block),
+                  batching, row_block=row_block)
 
 
 @functools.lru_cache(maxsize=512)
-def _padded_clipped(model: EMModel, calibration: str) -> Padded | None:
+def _padded_clipped(model: EMModel, calibration: str, row_block: int = ROW_BLOCK
+                    ) -> Padded | None:
     """Algorithm 1 with ``n`` and ``T`` as runtime values: they enter the step only through
-    the count of the clipped mean and the per-step budget ``rho / T``."""
+    the count of the clipped mean and the per-step budget ``rho / T``; the clipped gradients
+    are added up over blocks of ``row_block`` records up to the count."""
     if not getattr(model, "supports_mask", False):
         return None
     return Padded(f"clipped-gem/{model.name}[{calibration}]", _init,
-                  _make_clipped_step(model, None, calibration), "full")
+                  _make_clipped_step(model, None, calibration, row_block), "full",
+                  row_block=row_block)
 
 
 @functools.lru_cache(maxsize=512)
