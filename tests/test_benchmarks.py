@@ -186,3 +186,24 @@ def test_ldp_numpy_study_is_the_dpjax_setting():
     se = b / math.sqrt(d * m)  # per-coordinate standard error of the mean report
     assert np.max(np.abs(reports.mean(axis=0) - g)) < 5 * se
     np.testing.assert_array_equal(np_mod.randomize(rng, g[None], r, math.inf), g[None])
+
+
+def test_shared_vs_own_times_every_shared_program_of_a_study():
+    """benchmarks/shared_vs_own.py on a tiny iv_fig9: one row per shared program, its smallest
+    setting timed three ways, the padding read off the plan."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "shared_vs_own.py"
+    spec = importlib.util.spec_from_file_location("shared_vs_own", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.measure("iv_fig9", {"n_grid": (100, 150), "T_grid": (3, 5), "dim": 2},
+                       reps=2, rounds=1)
+    assert rows and {r["experiment"] for r in rows} == {"iv_fig9"}
+    for r in rows:
+        assert r["settings_in_program"] >= 2
+        assert r["own_rows"] == 100 and r["program_rows"] == 150  # the smallest, padded
+        assert r["padding_ratio"] == 1.5 and r["program_steps"] == 5
+        assert min(r["own_s"], r["shared_own_sizes_s"], r["shared_s"]) > 0
+        assert r["shared_ratio"] == r["shared_s"] / r["own_s"]
