@@ -347,6 +347,8 @@ def fold_rows(fn: Callable[[PyTree, jax.Array], PyTree], data: PyTree, mask: jax
         mask: ``(m,)`` bool, the rows that are records (a prefix).
         block: rows per block (static).
     """
+    if block is not None:
+        _validate.check_int_in_range(block, "block", 1)
     m = mask.shape[0]
     if block is None or block >= m:
         return fn(data, mask)

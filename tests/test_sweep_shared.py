@@ -568,6 +568,8 @@ def test_fold_rows_adds_only_the_blocks_that_hold_records():
     # one block or none: fn itself, no loop
     total, ran = base.fold_rows(fn, x, jnp.arange(m) < 5, None)
     assert int(ran) == 1 and np.allclose(total, np.asarray(x)[:5].sum(0), atol=1e-6)
+    with pytest.raises(ValueError, match="block"):
+        base.fold_rows(fn, x, jnp.arange(m) < 5, 0)
     # 30 rows: 3 whole blocks and 6 more, always added (at a setting's own sizes)
     for count, blocks in ((5, 2), (30, 4)):
         total, ran = run(x[:30], jnp.arange(30) < count)
