@@ -99,13 +99,15 @@ def tracked(estimator: Estimator) -> Estimator:
 def _tracked_padded(padded: Padded) -> Padded:
     """:func:`tracked` of a padded form: the 2SLS diagnostic of the records, the padded rows
     set to zero (:func:`~dpjax.models.iv.mask_rows`: zero rows add nothing to the normal
-    equations)."""
+    equations). Its row blocks are the wrapped form's: the diagnostic, the same for every step,
+    is computed once per call (outside the steps' loop)."""
 
     def step(key: jax.Array, state: TrackedState, data: IVData, hparams: Any, sizes: Any):
         inner, info = padded.step(key, state.inner, data, hparams, sizes)
         return _tracked_state(inner, info, mask_rows(data, sizes.mask))
 
-    return Padded(f"tracked {padded.family}", _tracked_init(padded.init), step, "full")
+    return Padded(f"tracked {padded.family}", _tracked_init(padded.init), step, "full",
+                  row_block=padded.row_block)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -97,6 +97,46 @@ def test_clipped_outer_mean_equals_materialised_frobenius_clipping():
                                np.asarray(outer.mean(0)), rtol=1e-5)
 
 
+def test_clipped_sums_over_blocks_give_the_clipped_means():
+    """The clipped sums of both stages, added up over blocks of records (as a padded step
+    adds them, :func:`dpjax.base.fold_rows`), give the clipped means and their sensitivities;
+    zero rows add nothing. A wrong count moves value and sensitivity."""
+    from dpjax.mechanisms import clipped_outer_mean_from_sum, clipped_outer_sum
+
+    rng = np.random.default_rng(1)
+    a = jnp.asarray(rng.standard_cauchy((40, 3)), jnp.float32)
+    b = jnp.asarray(rng.normal(size=(40, 2)), jnp.float32)
+    whole = clipped_outer_mean(a, b, 1.5)
+    parts = sum(clipped_outer_sum(a[i:i + 16], b[i:i + 16], 1.5) for i in range(0, 40, 16))
+    got = clipped_outer_mean_from_sum(parts, 1.5, 40)
+    np.testing.assert_allclose(got.value, whole.value, rtol=1e-5, atol=1e-7)
+    assert float(got.sensitivity) == pytest.approx(float(whole.sensitivity)) == 2 * 1.5 / 40
+    assert float(clipped_outer_mean_from_sum(parts, 1.5, 41).sensitivity) != pytest.approx(
+        float(whole.sensitivity))
+
+    model = LinearIV(2, 3, 2)
+    data = model.simulate(jax.random.key(0), 50, model.pack(model.draw_parameters(
+        jax.random.key(1))))
+    theta, beta = 0.5 * jnp.ones((3, 2)), jnp.asarray([0.3, -0.2])
+    padded = iv.mask_rows(iv.IVData(*(jnp.concatenate([x, jnp.full((14,) + x.shape[1:], 7.0)])
+                                      for x in data)), jnp.arange(64) < 50)
+    for total, want, gamma in (
+            (sum(iv.clipped_first_stage_sum(theta, iv.IVData(*(x[i:i + 16] for x in padded)), 0.8)
+                 for i in range(0, 64, 16)), iv.clipped_first_stage_gradient(theta, data, 0.8),
+             0.8),
+            (sum(iv.clipped_second_stage_sum(theta, beta, iv.IVData(*(x[i:i + 16] for x in
+                                                                      padded)), 0.6)
+                 for i in range(0, 64, 16)),
+             iv.clipped_second_stage_gradient(theta, beta, data, 0.6), 0.6)):
+        got = iv.clipped_stage_mean(total, gamma, 50)
+        np.testing.assert_allclose(got.value, want.value, rtol=1e-5, atol=1e-7)
+        assert float(got.sensitivity) == pytest.approx(float(want.sensitivity)) == 2 * gamma / 50
+    np.testing.assert_allclose(iv.first_stage_sum(theta, padded) / 50,
+                               iv.first_stage_gradient(theta, data), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(iv.second_stage_sum(theta, beta, padded) / 50,
+                               iv.second_stage_gradient(theta, beta, data), rtol=1e-5, atol=1e-7)
+
+
 def test_first_stage_sensitivity_is_attained_by_an_adversarial_neighbour():
     n, gamma = 50, 3.0
     prm, data = _problem(n=n)

@@ -399,7 +399,31 @@ def test_dp_iv_settings_of_iv_fig3_share_programs_and_equal_their_own_kernels():
                                                "clip_consts": (1.0,)})
     assert len(sets) == 4
     progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
-    assert progs["dp,d=3,n=300"] == progs["dp,d=3,n=500"] == sweep.Program(6, 500, 3)
+    # rows: whole blocks of 256 (its sums run block by block up to the count)
+    assert progs["dp,d=3,n=300"] == progs["dp,d=3,n=500"] == sweep.Program(6, 512, 3)
+
+
+def test_dp_iv_settings_an_order_of_magnitude_apart_in_n_share_one_program():
+    """DP-2S-GD adds up its records in blocks of 256 up to the count, so iv_fig3's settings
+    from n = 150 to 3000 share one program per method (the geometric buckets needed three) and
+    each equals its own kernel; n = 100 (a whole block is over twice its rows) keeps its own.
+    The full iv_fig3 plans one program per (dimension, method): 4 for its 24 settings."""
+    _, sets = _experiment_settings("iv_fig3", {"dims": (3,), "n_grid": (100, 150, 1000, 3000),
+                                               "T": 4, "clip_consts": (1.0,)})
+    plan = sweep.plan_programs(sets)
+    assert {k for k in (s.key for s in sets) if k not in plan} == {"dp,d=3,n=100",
+                                                                    "gd,d=3,n=100"}
+    shared = [s for s in sets if s.key in plan]
+    assert {plan[s.key] for s in shared} == {sweep.Program(4, 3072, 3), sweep.Program(4, 3072, 1)}
+    for st in shared:
+        if st.key.endswith("n=3000"):
+            continue  # the bucket's largest: its padding is none
+        _assert_close(sweep.run_setting(st, reps=2, seed=3, num_devices=1, program=plan[st.key]),
+                      _per_setting(st, 2, 3))
+    _, full = _experiment_settings("iv_fig3", {})
+    plan = sweep.plan_programs(full)
+    assert set(plan) == {s.key for s in full} and len(full) == 24
+    assert len(set((sweep.shape_family(s), plan[s.key]) for s in full)) == 4
 
 
 def test_dp_iv_horizons_share_one_program_and_equal_their_own_kernels():
@@ -445,6 +469,34 @@ def test_padded_rows_change_nothing_in_dp_iv(variant):
                     jax.tree_util.tree_leaves((want, info_w))):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
     if variant == "dp":  # the clip fractions are of the records (some are clipped)
+        assert 0 < float(info_g.clip_frac2) < 1
+
+
+@pytest.mark.parametrize("variant", ["dp", "beta-only", "none"])
+def test_padded_rows_change_nothing_in_dp_iv_over_row_blocks(variant):
+    """DP-IV's padded step with blocks of 16 rows (the loop runs): adversarial padded rows in
+    the last block that holds records and in blocks past it change nothing, and the clip
+    fractions are of the records."""
+    from dpjax.algorithms import dp_iv
+    from dpjax.models.iv import IVData, LinearIV
+
+    model, n, m, T, block = LinearIV(2, 3, 2), 50, 96, 5, 16
+    truth = model.pack(model.draw_parameters(jax.random.key(0)))
+    data = model.simulate(jax.random.key(1), n, truth)
+    padded = IVData(*(jnp.concatenate([x, jnp.asarray(_adversarial(m - n, x.shape[1] if x.ndim
+                                                                   > 1 else 0))])
+                      for x in data))
+    est = dp_iv._build(variant, "tight", T)
+    form = dp_iv._padded(variant, "tight", row_block=block)
+    assert form.row_block == block and est.padded.row_block == dp_iv.ROW_BLOCK
+    hp = dp_iv.DPIVHyperparams(*map(jnp.float32, (0.7, 0.4, 0.1, 0.05, 3.0, 2.0, 1e-5)))
+    state = dp_iv.DPIVState(0.5 * jnp.ones((3, 2)), jnp.asarray([0.3, -0.2]))
+    want, info_w = est.step(jax.random.key(2), state, data, hp)
+    got, info_g = jax.jit(form.step)(jax.random.key(2), state, padded, hp, _sizes(n, m - n, T))
+    for a, b in zip(jax.tree_util.tree_leaves((got, info_g)),
+                    jax.tree_util.tree_leaves((want, info_w))):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    if variant == "dp":
         assert 0 < float(info_g.clip_frac2) < 1
 
 

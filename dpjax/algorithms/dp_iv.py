@@ -69,7 +69,7 @@ import numpy as np
 from dpjax import _validate, registry
 from dpjax.accounting import ZCDP, Ledger, Release
 from dpjax.algorithms._boundary import checked_inputs
-from dpjax.base import Estimator, FitResult, Padded, Sizes, fit
+from dpjax.base import Estimator, FitResult, Padded, fit, fold_rows
 from dpjax.mechanisms import PrivacyEvent, gaussian_mechanism_zcdp, no_privacy_event
 from dpjax.models import iv
 
@@ -99,6 +99,9 @@ __all__ = [
 Calibration = Literal["paper", "tight"]
 CALIBRATIONS: tuple[str, ...] = ("paper", "tight")
 Variant = Literal["dp", "beta-only", "none"]
+#: rows per block of the padded step's sums (:func:`dpjax.base.fold_rows`): a block of the
+#: papers' sizes (q, p <= 50) is a few hundred kB, and settings from n = 128 up share a program
+ROW_BLOCK = 256
 DEFAULT_DELTA = 1e-5  # the paper's delta for (epsilon, delta) conversions (Sec 4, footnote 3)
 
 
@@ -158,53 +161,78 @@ def per_step_rho(calibration: Calibration, rho: Any, num_iterations: int) -> Any
 # --------------------------------------------------------------------------------------------
 
 
-def _clip_fraction(norms: jax.Array, gamma: jax.Array, sizes: Sizes | None = None
-                   ) -> jax.Array:
-    clipped = (norms > gamma).astype(norms.dtype)
-    if sizes is None:
-        return jnp.mean(clipped)
-    # padded rows are zero records (norm 0: never clipped); the fraction is of the count
-    return jnp.sum(clipped) / sizes.count.astype(norms.dtype)
-
-
 def _no_release() -> tuple[PrivacyEvent, PrivacyEvent]:
     """The events of a non-private step: both stages released without clipping or noise."""
     return no_privacy_event("l2"), no_privacy_event("l2")
 
 
-def _make_step(variant: Variant, calibration: Calibration, num_iterations: int | None):
+class _Sums(NamedTuple):
+    """A step's sums over records (the means divide them by the public count): each stage's
+    gradient (clipped where the variant clips it) and the number of per-sample gradients
+    clipped (zero where none is)."""
+
+    g1: jax.Array  # (q, p)
+    g2: jax.Array  # (p,)
+    clipped1: jax.Array  # () float
+    clipped2: jax.Array  # () float
+
+
+def _sums(variant: Variant, theta: jax.Array, beta: jax.Array, hp: DPIVHyperparams,
+          data: iv.IVData) -> _Sums:
+    """The step's sums over ``data``'s rows, zero rows adding nothing (:func:`iv.mask_rows`:
+    a zero record's per-sample gradients are zero in both stages, and its norms 0 never
+    clipped)."""
+    zero = jnp.zeros((), beta.dtype)
+    if variant == "none":
+        return _Sums(iv.first_stage_sum(theta, data), iv.second_stage_sum(theta, beta, data),
+                     zero, zero)
+    norms1, norms2 = iv.gradient_norms(theta, beta, data)
+    g2 = iv.clipped_second_stage_sum(theta, beta, data, hp.gamma2)
+    clipped2 = jnp.sum((norms2 > hp.gamma2).astype(beta.dtype))
+    if variant == "dp":
+        g1 = iv.clipped_first_stage_sum(theta, data, hp.gamma1)
+        clipped1 = jnp.sum((norms1 > hp.gamma1).astype(beta.dtype))
+    else:  # "beta-only": Algorithm 3, first stage unclipped (not DP)
+        g1, clipped1 = iv.first_stage_sum(theta, data), zero
+    return _Sums(g1, g2, clipped1, clipped2)
+
+
+def _make_step(variant: Variant, calibration: Calibration, num_iterations: int | None,
+               row_block: int | None = None):
     """The step; ``num_iterations=None``: the padded form's (:func:`_padded`), with ``n`` and
-    ``T`` from the runtime ``sizes`` and the padded rows zeroed (:func:`dpjax.models.iv.mask_rows`:
-    a zero record's gradients are zero in both stages)."""
+    ``T`` from the runtime ``sizes``, the padded rows zeroed (:func:`dpjax.models.iv.mask_rows`)
+    and the sums added up over blocks of ``row_block`` rows up to the count
+    (:func:`dpjax.base.fold_rows`)."""
 
     def step(key, state: DPIVState, data: iv.IVData, hp: DPIVHyperparams, sizes=None):
         theta, beta = state.theta, state.beta
         dtype = beta.dtype
         zero = jnp.zeros((), dtype)
         if sizes is None:
-            T, count, n = num_iterations, None, data.z.shape[0]
+            T, n = num_iterations, data.z.shape[0]
+            sums = _sums(variant, theta, beta, hp, data)
         else:
-            data = iv.mask_rows(data, sizes.mask)
             T = sizes.num_steps.astype(dtype)
-            count = n = sizes.count.astype(dtype)
+            n = sizes.count.astype(dtype)
+            sums = fold_rows(lambda rows, mask: _sums(variant, theta, beta, hp,
+                                                      iv.mask_rows(rows, mask)),
+                             data, sizes.mask, row_block)
         if variant == "none":
             del key  # non-private: no randomness
-            g1 = iv.first_stage_gradient(theta, data, count)
-            g2 = iv.second_stage_gradient(theta, beta, data, count)  # at the old Theta^(t)
+            g1, g2 = sums.g1 / n, sums.g2 / n  # g2 at the old Theta^(t)
             return DPIVState(theta - hp.eta * g1, beta - hp.alpha * g2), DPIVInfo(
                 zero, zero, zero, zero, _no_release())
 
         key_theta, key_beta = jax.random.split(key)
-        norms1, norms2 = iv.gradient_norms(theta, beta, data)
-        g2 = iv.clipped_second_stage_gradient(theta, beta, data, hp.gamma2, count)
+        g2 = iv.clipped_stage_mean(sums.g2, hp.gamma2, n)
         if variant == "dp":
-            g1 = iv.clipped_first_stage_gradient(theta, data, hp.gamma1, count)
+            g1 = iv.clipped_stage_mean(sums.g1, hp.gamma1, n)
             noisy1, ev1 = gaussian_mechanism_zcdp(key_theta, g1, per_step_rho(calibration,
                                                                               hp.rho1, T))
-            sigma1, clip1 = ev1.scale, _clip_fraction(norms1, hp.gamma1, sizes)
+            sigma1, clip1 = ev1.scale, sums.clipped1 / n
         else:  # "beta-only": Algorithm 3, first stage unclipped and un-noised (not DP)
             del key_theta
-            noisy1 = iv.first_stage_gradient(theta, data, count)
+            noisy1 = sums.g1 / n
             ev1 = no_privacy_event("l2")
             sigma1, clip1 = zero, zero
             # Declared 2 gamma2/n as the paper calibrates; true 2 gamma2: Theta^(t) depends on
@@ -212,8 +240,8 @@ def _make_step(variant: Variant, calibration: Calibration, num_iterations: int |
             g2 = g2.declare(2.0 * hp.gamma2 / n, 2.0 * hp.gamma2)
         noisy2, ev2 = gaussian_mechanism_zcdp(key_beta, g2, per_step_rho(calibration, hp.rho2, T))
         new = DPIVState(theta - hp.eta * noisy1, beta - hp.alpha * noisy2)
-        info = DPIVInfo(clip1, _clip_fraction(norms2, hp.gamma2, sizes),
-                        jnp.asarray(sigma1, dtype), jnp.asarray(ev2.scale, dtype), (ev1, ev2))
+        info = DPIVInfo(clip1, sums.clipped2 / n, jnp.asarray(sigma1, dtype),
+                        jnp.asarray(ev2.scale, dtype), (ev1, ev2))
         return new, info
 
     return step
@@ -242,12 +270,15 @@ def _build(variant: Variant, calibration: Calibration, num_iterations: int) -> E
 
 
 @functools.lru_cache(maxsize=64)
-def _padded(variant: Variant, calibration: Calibration) -> Padded:
+def _padded(variant: Variant, calibration: Calibration, row_block: int = ROW_BLOCK) -> Padded:
     """The padded form (one program for every ``n`` and ``T``): the step reads ``n`` only as
     the count its means divide by (and beta-only's declared sensitivity) and ``T`` only in the
-    per-step budget (:func:`per_step_rho`)."""
+    per-step budget (:func:`per_step_rho`); its sums run over blocks of ``row_block`` records
+    up to the count, so a study's settings of every ``n`` from ``row_block / 2`` up share one
+    program (:func:`dpjax.sweep.plan_programs`)."""
     name = _NAMES[variant] + (f"/{calibration}" if variant != "none" else "")
-    return Padded(name, _init, _make_step(variant, calibration, None), "full")
+    return Padded(name, _init, _make_step(variant, calibration, None, row_block), "full",
+                  row_block=row_block)
 
 
 def dp_2s_gd(num_iterations: int, calibration: Calibration = "tight") -> Estimator:

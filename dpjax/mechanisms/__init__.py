@@ -48,7 +48,8 @@ module                                  holds
                                         bounded sums and means
 :mod:`dpjax.mechanisms.clipping`        :func:`sanitize`, :func:`clip_l2`, :func:`clip_linf`,
                                         :func:`l2_norm`, :func:`clipped_outer_mean`,
-                                        :func:`records_dot`
+                                        :func:`clipped_outer_sum`,
+                                        :func:`clipped_outer_mean_from_sum`, :func:`records_dot`
 :mod:`dpjax.mechanisms.calibration`     the multipliers and scales of the table above
 :mod:`dpjax.mechanisms.secure`          :func:`secure_noise`: exact discrete noise
 :mod:`dpjax.mechanisms.noise`           the Laplace and Gaussian mechanisms and their draws
@@ -91,6 +92,8 @@ from dpjax.mechanisms.clipping import (
     clip_l2,
     clip_linf,
     clipped_outer_mean,
+    clipped_outer_mean_from_sum,
+    clipped_outer_sum,
     l2_norm,
     records_dot,
     sanitize,
@@ -158,6 +161,8 @@ __all__ = [
     "clip_l2",
     "clip_linf",
     "clipped_outer_mean",
+    "clipped_outer_mean_from_sum",
+    "clipped_outer_sum",
     "records_dot",
     "l2_norm",
     "sanitize",

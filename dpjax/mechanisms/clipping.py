@@ -18,7 +18,8 @@ import jax.numpy as jnp
 
 from dpjax.mechanisms.statistics import BoundedStatistic
 
-__all__ = ["clip_l2", "clip_linf", "clipped_outer_mean", "l2_norm", "records_dot", "sanitize"]
+__all__ = ["clip_l2", "clip_linf", "clipped_outer_mean", "clipped_outer_mean_from_sum",
+           "clipped_outer_sum", "l2_norm", "records_dot", "sanitize"]
 
 # the most records one matrix product sums: XLA's CPU dot of a batch (a vmap over repetitions)
 # with a contraction of about 1e6 records lost 5e-4 of its value in float32 (measured, jax 0.10,
@@ -198,12 +199,38 @@ def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any, records_axis: int
         A :class:`BoundedStatistic` with value ``(k, m)``, l2 sensitivity ``2 C / n``, replace-one.
     """
     r = records_axis
+    _check_outer_factors(a, b, r, "clipped_outer_mean")
+    n = a.shape[r] if count is None else count
+    bound = jnp.asarray(bound, a.dtype)
+    return clipped_outer_mean_from_sum(clipped_outer_sum(a, b, bound, r), bound, n)
+
+
+def clipped_outer_mean_from_sum(total: jax.Array, bound: Any, n: Any) -> BoundedStatistic:
+    """:func:`clipped_outer_mean` from the sum of the clipped terms (:func:`clipped_outer_sum`,
+    perhaps added up over blocks of records, :func:`dpjax.base.fold_rows`) and the public number
+    of records ``n``: the mean ``total / n`` with its l2 sensitivity ``2 bound / n``."""
+    return BoundedStatistic(total / n, 2.0 * jnp.asarray(bound) / n, "l2", "replace-one")
+
+
+def _check_outer_factors(a: jax.Array, b: jax.Array, r: int, where: str) -> None:
     if r not in (0, 1) or a.ndim != 2 or b.ndim != 2 or a.shape[r] != b.shape[r]:
         raise ValueError(
-            f"clipped_outer_mean needs a (n, k) and b (n, m) (records_axis=0) or a (k, n) and "
+            f"{where} needs a (n, k) and b (n, m) (records_axis=0) or a (k, n) and "
             f"b (m, n) (records_axis=1); got {a.shape} and {b.shape}, records_axis={r}"
         )
-    n, f = (a.shape[r] if count is None else count), 1 - r
+
+
+def clipped_outer_sum(a: jax.Array, b: jax.Array, bound: Any, records_axis: int = 0
+                      ) -> jax.Array:
+    r"""``sum_i CLIP_bound(a_i b_i^T)`` in Frobenius norm: the sum of :func:`clipped_outer_mean`
+    (shape ``(k, m)``), for a mean over several blocks of records (a padded step,
+    :func:`dpjax.base.fold_rows`) that :func:`clipped_outer_mean_from_sum` then divides by the
+    public count. A zero factor makes a zero term (padded rows set to zero add nothing).
+    Arguments as :func:`clipped_outer_mean`'s.
+    """
+    r = records_axis
+    _check_outer_factors(a, b, r, "clipped_outer_sum")
+    f = 1 - r
     # With the overflow-free factorisation of _scaled_l2 (a_i = u_a 2**-k_a, ||u_a|| = r_a):
     # a term inside the ball keeps its raw factors; a term outside becomes
     # u_a u_b^T * C / (r_a r_b), of norm C up to rounding, whatever the magnitudes of a_i and b_i
@@ -216,5 +243,4 @@ def clipped_outer_mean(a: jax.Array, b: jax.Array, bound: Any, records_axis: int
     rr = ra * rb
     left = jnp.where(inside, sanitize(a), ua * (bound / jnp.where(rr > 0, rr, jnp.ones_like(rr))))
     right = jnp.where(inside, sanitize(b), ub)
-    value = records_dot(left, right, r) / n
-    return BoundedStatistic(value, 2.0 * jnp.asarray(bound) / n, "l2", "replace-one")
+    return records_dot(left, right, r)

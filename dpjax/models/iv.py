@@ -42,21 +42,33 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _cpu_prng, _validate
-from dpjax.mechanisms import BoundedStatistic, clipped_outer_mean, l2_norm, records_dot, sanitize
+from dpjax.mechanisms import (
+    BoundedStatistic,
+    clipped_outer_mean_from_sum,
+    clipped_outer_sum,
+    l2_norm,
+    records_dot,
+    sanitize,
+)
 
 __all__ = [
     "IVData",
     "IVParameters",
     "LinearIV",
     "clipped_first_stage_gradient",
+    "clipped_first_stage_sum",
     "clipped_second_stage_gradient",
+    "clipped_second_stage_sum",
+    "clipped_stage_mean",
     "first_stage_gradient",
     "first_stage_per_sample_gradients",
+    "first_stage_sum",
     "gradient_norms",
     "least_squares",
     "mask_rows",
     "second_stage_gradient",
     "second_stage_per_sample_gradients",
+    "second_stage_sum",
     "two_stage_least_squares",
     "validate_iv_data",
 ]
@@ -111,11 +123,24 @@ def mask_rows(data: IVData, mask: jax.Array) -> IVData:
                   jnp.where(mask, data.y, zero))
 
 
+def first_stage_sum(theta: jax.Array, data: IVData) -> jax.Array:
+    """``Z^T (Z Theta - X)``: the sum of the first-stage per-sample gradients, ``(q, p)`` (zero
+    rows, :func:`mask_rows`, add nothing)."""
+    return records_dot(data.z, data.z @ theta - data.x)
+
+
+def second_stage_sum(theta: jax.Array, beta: jax.Array, data: IVData) -> jax.Array:
+    """``Theta^T Z^T (Z Theta beta - Y)``: the sum of the second-stage per-sample gradients,
+    ``(p,)``."""
+    w = data.z @ theta
+    return records_dot(w, w @ beta - data.y)
+
+
 def first_stage_gradient(theta: jax.Array, data: IVData, count: Any = None) -> jax.Array:
     """Non-private, unclipped ``(1/n) Z^T (Z Theta - X)``, shape ``(q, p)`` (``count``: ``n``
     at runtime, for data padded with zero rows by :func:`mask_rows`)."""
     n = data.z.shape[0] if count is None else count
-    return records_dot(data.z, data.z @ theta - data.x) / n
+    return first_stage_sum(theta, data) / n
 
 
 def second_stage_gradient(theta: jax.Array, beta: jax.Array, data: IVData,
@@ -123,8 +148,34 @@ def second_stage_gradient(theta: jax.Array, beta: jax.Array, data: IVData,
     """Non-private, unclipped ``(1/n) Theta^T Z^T (Z Theta beta - Y)``, shape ``(p,)``
     (``count`` as in :func:`first_stage_gradient`)."""
     n = data.z.shape[0] if count is None else count
-    w = data.z @ theta
-    return records_dot(w, w @ beta - data.y) / n
+    return second_stage_sum(theta, beta, data) / n
+
+
+def clipped_first_stage_sum(theta: jax.Array, data: IVData, gamma1: Any) -> jax.Array:
+    """``sum_i CLIP_{gamma1}(z_i (z_i^T Theta - x_i^T))``, ``(q, p)``: the sum of
+    :func:`clipped_first_stage_gradient` (a zero row adds nothing), for a mean over blocks of
+    records (:func:`dpjax.base.fold_rows`) that :func:`clipped_stage_mean` completes."""
+    zt = data.z.T  # (q, n): records along the minor axis, where XLA's CPU loops vectorise
+    resid = _residual(sanitize(theta.T @ zt), data.x.T)  # (p, n)
+    return clipped_outer_sum(zt, resid, jnp.asarray(gamma1, zt.dtype), records_axis=1)
+
+
+def clipped_second_stage_sum(theta: jax.Array, beta: jax.Array, data: IVData, gamma2: Any
+                             ) -> jax.Array:
+    """``sum_i CLIP_{gamma2}((Theta^T z_i)(z_i^T Theta beta - y_i))``, ``(p,)``: the sum of
+    :func:`clipped_second_stage_gradient`, as :func:`clipped_first_stage_sum`."""
+    w = sanitize(theta.T @ data.z.T)  # (p, n), records along the minor axis
+    s = _residual(sanitize(beta @ w), data.y)  # (n,)
+    # (p, 1) -> (p,): dropping the trailing unit axis keeps the l2 norm
+    return clipped_outer_sum(w, s[None, :], jnp.asarray(gamma2, w.dtype), records_axis=1)[:, 0]
+
+
+def clipped_stage_mean(total: jax.Array, gamma: Any, count: Any) -> BoundedStatistic:
+    """The clipped mean of either stage from its sum (:func:`clipped_first_stage_sum`,
+    :func:`clipped_second_stage_sum`) over ``count`` public records: ``total / count`` with
+    replace-one l2 (Frobenius) sensitivity ``2 gamma / count``, every clipped term lying in the
+    ball of radius ``gamma``."""
+    return clipped_outer_mean_from_sum(total, jnp.asarray(gamma, total.dtype), count)
 
 
 def clipped_first_stage_gradient(
@@ -138,9 +189,8 @@ def clipped_first_stage_gradient(
     at most ``2 gamma1 / n`` in Frobenius norm (spec 004 App. B). ``count``: the public
     ``n`` at runtime, for data padded with zero rows (:func:`mask_rows`).
     """
-    zt = data.z.T  # (q, n): records along the minor axis, where XLA's CPU loops vectorise
-    resid = _residual(sanitize(theta.T @ zt), data.x.T)  # (p, n)
-    return clipped_outer_mean(zt, resid, gamma1, records_axis=1, count=count)
+    n = data.z.shape[0] if count is None else count
+    return clipped_stage_mean(clipped_first_stage_sum(theta, data, gamma1), gamma1, n)
 
 
 def clipped_second_stage_gradient(
@@ -154,11 +204,8 @@ def clipped_second_stage_gradient(
     record and the sensitivity is ``2 gamma2`` instead (spec 004 §6 A2). ``count`` as in
     :func:`clipped_first_stage_gradient`.
     """
-    w = sanitize(theta.T @ data.z.T)  # (p, n), records along the minor axis
-    s = _residual(sanitize(beta @ w), data.y)  # (n,)
-    stat = clipped_outer_mean(w, s[None, :], gamma2, records_axis=1, count=count)  # (p, 1)
-    # Dropping the trailing unit axis keeps the l2 norm, hence the sensitivity.
-    return BoundedStatistic(stat.value[:, 0], stat.sensitivity, stat.norm, stat.relation)
+    n = data.z.shape[0] if count is None else count
+    return clipped_stage_mean(clipped_second_stage_sum(theta, beta, data, gamma2), gamma2, n)
 
 
 def gradient_norms(theta: jax.Array, beta: jax.Array, data: IVData) -> tuple[jax.Array, jax.Array]:
