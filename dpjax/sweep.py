@@ -94,6 +94,7 @@ __all__ = [
     "make_shared_kernels",
     "own_program",
     "shape_family",
+    "SHARED_FREE_PAD_BYTES",
     "SHARED_MAX_REP_BYTES",
     "run_setting",
     "study_function",
@@ -682,6 +683,10 @@ def _ledger_digest(setting: Setting, level: dict[str, float], shapes: Any) -> st
 #: the largest padded data set of one repetition the shared path materialises (bytes); a
 #: larger setting keeps its own program, which can generate its batches inside the scan
 SHARED_MAX_REP_BYTES = 2**28
+#: the padded data of one repetition a setting of a row-block form may take beyond twice its
+#: own (bytes): up to this, one program for every ``n`` of its family (its work follows its own
+#: blocks, :attr:`dpjax.base.Padded.row_block`); past it, the geometric buckets
+SHARED_FREE_PAD_BYTES = 2**26
 
 
 @dataclasses.dataclass(frozen=True)
@@ -782,8 +787,9 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
     there (:func:`rows_worked`) are at most twice its own (padding never more than doubles a
     setting's work): geometric buckets, or for a padded form that adds up its records block
     by block up to the count (:attr:`dpjax.base.Padded.row_block`), one bucket for every
-    setting of at least one block (its work is its own blocks, whatever the bucket's rows;
-    the memory limit below still applies). A
+    setting of at least half a block (its work is its own blocks, whatever the bucket's
+    rows) whose data padded to the bucket's rows are at most twice its own or at most
+    :data:`SHARED_FREE_PAD_BYTES` a repetition (the memory limit below still applies). A
     bucket's scan runs its longest setting's number of iterations (the others skip the rest,
     at no cost) and its calls carry as many levels as its setting with the fewest (so no
     setting computes more levels than it has, but for filling its last group); where the
@@ -807,8 +813,7 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
         todo = sorted(members, key=lambda s: (-_data_rows(s), s.key))
         while todo:
             rows = padded_rows(_data_rows(todo[0]), block)
-            bucket = [s for s in todo if rows_worked(_data_rows(s), rows, block)
-                      <= 2 * _data_rows(s)]
+            bucket = [s for s in todo if _joins(s, rows, block)]
             todo = [s for s in todo if s not in bucket]
             # a setting whose own steps at the bucket's rows would pass the limit keeps its
             # own kernel (which can stream its batches); the rest run at their longest steps
@@ -823,11 +828,29 @@ def plan_programs(settings: Sequence[Setting]) -> dict[str, Program]:
     return out
 
 
+def _joins(setting: Setting, rows: int, block: int | None) -> bool:
+    """Whether ``setting`` joins a bucket of ``rows``: the rows it works on there are at most
+    twice its own (:func:`rows_worked`), and so are its padded data, or these are at most
+    :data:`SHARED_FREE_PAD_BYTES` a repetition (a row-block form works on its own blocks only,
+    but its data are still padded to the bucket's rows: zeros to write, and fewer
+    repetitions in a call of a given memory)."""
+    own = _data_rows(setting)
+    if rows_worked(own, rows, block) > 2 * own:
+        return False
+    if rows <= 2 * own:
+        return True
+    steps = setting.estimator.num_steps
+    return _rep_data_bytes(setting, Program(steps, rows, 1)) <= SHARED_FREE_PAD_BYTES
+
+
 def padded_rows(rows: int, block: int | None) -> int:
     """The rows of a program whose largest setting has ``rows``: those, or for a padded form
-    that adds up its records in blocks (:attr:`dpjax.base.Padded.row_block`) past one block,
-    the whole blocks that hold them (:func:`dpjax.base.fold_rows` needs a multiple)."""
-    if block is None or rows <= block:
+    that adds up its records in blocks (:attr:`dpjax.base.Padded.row_block`) over at least two
+    blocks, the whole blocks that hold them (less than one block more): past the whole blocks,
+    :func:`dpjax.base.fold_rows` adds the rest of the rows for every setting. Between one and
+    two blocks the rows stay as they are (a setting works on one block and that rest: at most
+    the rows, where rounding up would double them)."""
+    if block is None or rows < 2 * block:
         return rows
     return -(-rows // block) * block
 
@@ -835,10 +858,13 @@ def padded_rows(rows: int, block: int | None) -> int:
 def rows_worked(own: int, rows: int, block: int | None) -> int:
     """The rows a setting of ``own`` rows computes on per step in a program of ``rows``: all of
     them, or with blocks (:attr:`dpjax.base.Padded.row_block`) past one block, the whole blocks
-    that hold its own (``ceil(own / block) block``, under ``2 own`` once ``own >= block``)."""
+    that hold its own (``ceil(own / block) block``, under ``2 own`` once ``own >= block``) and
+    the rows past the program's whole blocks (none where ``rows`` is a multiple of ``block``,
+    :func:`padded_rows`)."""
     if block is None or rows <= block:
         return rows
-    return min(rows, -(-own // block) * block)
+    whole, rest = divmod(rows, block)
+    return min(whole, -(-own // block)) * block + rest
 
 
 def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, program):

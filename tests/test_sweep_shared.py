@@ -16,6 +16,7 @@ from dpjax.algorithms import dp_em, dp_gem, dp_glm
 from dpjax.experiments._common import ZeroInit
 from dpjax.experiments._em_common import BetaError, InitNearTruth
 from dpjax.experiments._glm_common import GLMRecord, truth
+from dpjax.mechanisms import bounded_mean_from_sum
 from dpjax.models import (
     GaussianMixture,
     MixtureOfRegressions,
@@ -399,8 +400,8 @@ def test_dp_iv_settings_of_iv_fig3_share_programs_and_equal_their_own_kernels():
                                                "clip_consts": (1.0,)})
     assert len(sets) == 4
     progs = _assert_every_setting_shares_and_equals_its_own_kernel(sets)
-    # rows: whole blocks of 256 (its sums run block by block up to the count)
-    assert progs["dp,d=3,n=300"] == progs["dp,d=3,n=500"] == sweep.Program(6, 512, 3)
+    # one block of 256 and a rest (under two blocks the rows are not rounded up)
+    assert progs["dp,d=3,n=300"] == progs["dp,d=3,n=500"] == sweep.Program(6, 500, 3)
 
 
 def test_dp_iv_settings_an_order_of_magnitude_apart_in_n_share_one_program():
@@ -632,10 +633,23 @@ def test_fold_rows_adds_only_the_blocks_that_hold_records():
 def test_rows_worked_and_padded_rows():
     assert sweep.padded_rows(10000, 4096) == 12288 and sweep.padded_rows(3000, 4096) == 3000
     assert sweep.padded_rows(10000, None) == 10000
+    assert sweep.padded_rows(6000, 4096) == 6000  # one block and a rest: not rounded to two
     assert sweep.rows_worked(5000, 303104, 4096) == 8192  # its own two blocks
     assert sweep.rows_worked(300000, 303104, 4096) == 303104
     assert sweep.rows_worked(3000, 3500, 4096) == 3500  # one block: all rows
     assert sweep.rows_worked(3000, 12288, None) == 12288
+    # rows past the whole blocks are added for every setting
+    assert sweep.rows_worked(444, 666, 512) == 666 and sweep.rows_worked(600, 1300, 512) == 1300
+    assert sweep.rows_worked(600, 2324, 512) == 1024 + 276
+
+
+def test_a_setting_joins_a_row_block_bucket_only_where_its_padded_data_are_cheap(monkeypatch):
+    """A row-block form works on its own blocks in any bucket, but its data are padded to the
+    bucket's rows: past twice its own, only up to SHARED_FREE_PAD_BYTES a repetition."""
+    sets = [_gem_setting(n, 3, 3, eps=(0.5, 1.0)) for n in (5000, 45000)]
+    assert len(set(sweep.plan_programs(sets).values())) == 1  # 45056 rows x 3 x 4 B: 0.5 MB
+    monkeypatch.setattr(sweep, "SHARED_FREE_PAD_BYTES", 100_000)
+    assert sweep.plan_programs(sets) == {}  # n = 5000 padded 9x, its 0.5 MB over the limit
 
 
 def test_gem_settings_an_order_of_magnitude_apart_in_n_share_one_program():
@@ -692,6 +706,85 @@ def test_padded_rows_change_nothing_in_gem_steps_over_row_blocks(method):
     np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
     for a, b in zip(jax.tree_util.tree_leaves(info_g), jax.tree_util.tree_leaves(info_w)):
         np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def _padded_em_data(model, data, pad):
+    """``data`` with ``pad`` adversarial rows after its records."""
+    d = data.y.shape[1] if model is GMM else data.x.shape[1]
+    junk = jnp.asarray(_adversarial(pad, d))
+    if model is GMM:
+        return GMMData(jnp.concatenate([data.y, junk]))
+    tail = jnp.asarray(_adversarial(pad, 0))
+    if model is MOR:
+        return MoRData(jnp.concatenate([data.x, junk]), jnp.concatenate([data.y, tail]))
+    return RMCData(jnp.concatenate([data.x, junk]), jnp.concatenate([data.z, junk]),
+                   jnp.concatenate([data.y, tail]))
+
+
+@pytest.mark.parametrize("model", [GMM, MOR, RMC])
+@pytest.mark.parametrize("privatiser", ["noisy-ht", "gaussian", "top-s", "none"])
+def test_padded_rows_change_nothing_in_dp_em_steps_over_row_blocks(model, privatiser):
+    """The padded DP-EM steps (hd-dp-em, ld-dp-em, truncated EM, gradient EM) on the three
+    models with blocks of 16 rows (the loop runs; 6 whole blocks, the records fill 3 and 2
+    rows of a 4th): adversarial padded rows, in the last block that holds records and past it,
+    change nothing, and the released statistic's sensitivity is the unpadded one's."""
+    d, n, m, T, block = 6, 50, 96, 4, 16
+    assert model.blockwise
+    beta = jnp.asarray(sparse_unit_beta(d, 2))
+    data = model.simulate(jax.random.key(0), n, beta)
+    padded = _padded_em_data(model, data, m - n)
+    sparse = privatiser in ("noisy-ht", "top-s")
+    own = dp_em._make_step(model, privatiser, 2 if sparse else None, "paper")
+    form = dp_em._make_step(model, privatiser, None, "paper", row_block=block)
+    hp = dp_em.DPEMHyperparams(*map(jnp.float32, (0.7, 1 / 400, 0.5, 2.0)))
+    state = dp_em.DPEMState(0.9 * beta)
+    want, info_w = own(jax.random.key(1), state, data, hp)
+    sizes = _sizes(n, m - n, T, 2 if sparse else None)
+    got, info_g = jax.jit(form)(jax.random.key(1), state, padded, hp, sizes)
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(np.asarray(got.beta)).all()
+    for a, b in zip(jax.tree_util.tree_leaves(info_g), jax.tree_util.tree_leaves(info_w)):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def test_fold_affine_counts_the_record_free_part_once():
+    """``dp_em._fold_affine``: a statistic ``sum(records) / count - beta`` added up over
+    blocks equals it on all rows, value and sensitivity (the sensitivity is not summed over
+    blocks, the ``- beta`` not subtracted once per block); an array too."""
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(40, 3)), jnp.float32)
+    beta = jnp.asarray([0.5, -1.0, 2.0])
+
+    def stat(rows, mask):
+        total = jnp.sum(jnp.where(mask[:, None], rows, 0.0), axis=0)
+        return bounded_mean_from_sum(total, 30.0, 2.0, "linf").shift(-beta)
+
+    whole = stat(x, jnp.arange(40) < 30)
+    got = jax.jit(lambda x: dp_em._fold_affine(stat, x, jnp.arange(40) < 30, 8))(x)
+    np.testing.assert_allclose(got.value, whole.value, rtol=1e-6, atol=1e-6)
+    assert float(got.sensitivity) == pytest.approx(float(whole.sensitivity)) == 2.0 / 30
+    arr = jax.jit(lambda x: dp_em._fold_affine(lambda r, mk: stat(r, mk).value, x,
+                                                jnp.arange(40) < 30, 8))(x)
+    np.testing.assert_allclose(arr, whole.value, rtol=1e-6, atol=1e-6)
+
+
+def test_dp_em_settings_an_order_of_magnitude_apart_share_one_program():
+    """ld-dp-em and gradient EM add up their records in blocks of 512 up to the count, so
+    em_fig2's settings with n from 5000 to 25000 (batches of 555 to 2272 rows; all rows for
+    gradient EM) share one program per method, each equal to its own kernel; the full em_fig2
+    plans one program per (method, d): 15 for its 27 settings (the geometric buckets: 18)."""
+    _, sets = _experiment_settings("em_fig2", {"n_grid": (5000, 25000), "d_grid": (4,),
+                                               "d_base": 4, "n_base": 5000})
+    sets = [s for s in sets if s.key.split(",")[0] in ("ld-dp-em", "gradient-em")]
+    plan = sweep.plan_programs(sets)
+    assert set(plan) == {s.key for s in sets} and len(set(plan.values())) == 2
+    for st in sets:
+        if sweep._data_rows(st) * 2 < plan[st.key].rows:  # padded more than 2x
+            _assert_close(sweep.run_setting(st, reps=2, seed=3, num_devices=1,
+                                            program=plan[st.key]), _per_setting(st, 2, 3))
+    _, full = _experiment_settings("em_fig2", {})
+    plan = sweep.plan_programs(full)
+    programs = {(sweep.shape_family(s), plan[s.key]) if s.key in plan else s.key for s in full}
+    assert len(full) == 27 and len(programs) == 15
 
 
 def test_ldp_gem_settings_share_programs_and_equal_their_own_kernels():

@@ -189,6 +189,9 @@ class MixtureOfRegressions:
 
     #: the statistics take a row mask and a runtime count (padded programs)
     supports_mask = True
+    #: and each is the sum of its masked records' terms over the count plus a part that reads no
+    #: record, so a padded step adds them up over blocks of records (``dp_em``'s row blocks)
+    blockwise = True
 
     # -- facts for ledgers and validation ------------------------------------------------------
 

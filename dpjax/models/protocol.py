@@ -58,6 +58,13 @@ class EMModel(Protocol):
         """The truncated statistic with its l-infinity replace-one sensitivity, finite and
         inside its bound for every record."""
 
+    # Optional, for padded programs (``dpjax.algorithms.dp_em``): ``supports_mask = True``
+    # where ``gradient`` and ``truncated_gradient`` take ``mask=`` and ``count=`` (only the
+    # masked rows are records, ``count`` their public number); and ``blockwise = True`` where,
+    # besides, each is the sum of the masked records' terms divided by ``count`` plus a part
+    # that reads no record, and is defined on zero rows: a padded step then adds it up over
+    # blocks of records, so settings of every ``n`` share one program.
+
     def dummy_batch(self, n: int, d: int) -> Any:
         """An all-zero batch of the right structure."""
 
