@@ -43,6 +43,7 @@ __all__ = [
     "StepFn",
     "as_key",
     "batch_size",
+    "fold_affine",
     "fold_rows",
     "probe_events",
     "run",
@@ -373,6 +374,35 @@ def fold_rows(fn: Callable[[PyTree, jax.Array], PyTree], data: PyTree, mask: jax
         rest = jax.tree_util.tree_map(lambda x: x[whole * block:], data)
         acc = jax.tree_util.tree_map(jnp.add, acc, fn(rest, mask[whole * block:]))
     return acc
+
+
+def fold_affine(fn: Callable[[PyTree, jax.Array], Any], data: PyTree, mask: jax.Array,
+                block: int | None) -> Any:
+    """:func:`fold_rows` for a statistic affine in its records: ``fn(rows, mask)`` -- a
+    :class:`~dpjax.mechanisms.BoundedStatistic` or an array -- is the sum of the masked rows'
+    terms divided by a public count plus a part that reads no record (e.g. ``- beta``), and
+    is defined on zero rows (as a model's masked ``truncated_gradient`` or ``gradient`` with
+    ``blockwise = True``). Added up over blocks of ``block`` rows up to the last record.
+
+    The record-free part and the statistic's sensitivity (public values only) are ``fn`` on
+    zero rows; every block adds its value less that part, so the result holds the records'
+    terms once and the record-free part once. With ``block`` ``None`` or at least the rows,
+    this is ``fn(data, mask)``.
+    """
+    from dpjax.mechanisms import BoundedStatistic
+
+    if block is None or block >= mask.shape[0]:
+        return fn(data, mask)
+    empty = fn(jax.tree_util.tree_map(lambda x: x[:0], data), mask[:0])
+    stat = isinstance(empty, BoundedStatistic)
+    base = empty.value if stat else empty
+
+    def part(rows, m):
+        out = fn(rows, m)
+        return (out.value if stat else out) - base
+
+    value = base + fold_rows(part, data, mask, block)
+    return dataclasses.replace(empty, value=value) if stat else value
 
 
 def probe_events(estimator: Estimator, batch: PyTree, params0: PyTree, hparams: PyTree) -> PyTree:

@@ -108,10 +108,12 @@ __all__ = [
     "CentralRelease",
     "LocalRelease",
     "SmoothingParameters",
+    "central_parameters",
     "ldp_parameters",
     "local_scores",
     "phi",
     "private_mean_central",
+    "private_mean_central_from_sum",
     "private_mean_local",
     "psi",
     "psi_bound",
@@ -781,14 +783,14 @@ def _check_data(x: Any) -> jax.Array:
     return x
 
 
-def _check_budget(epsilon: Any, delta: Any, tau: Any, zeta: Any) -> None:
+def _check_budget(epsilon: Any, delta: Any, tau: Any = None, zeta: Any = None) -> None:
     if _is_concrete(epsilon):
         _validate.check_epsilon(epsilon)
     if _is_concrete(delta):
         _validate.check_delta(delta)
-    if _is_concrete(tau):
+    if tau is not None and _is_concrete(tau):
         _validate.check_positive(tau, "tau")
-    if _is_concrete(zeta):
+    if zeta is not None and _is_concrete(zeta):
         _validate.check_delta(zeta, "zeta")
 
 
@@ -841,16 +843,38 @@ def private_mean_central(
     """
     x = _check_data(x)
     _check_budget(epsilon, delta, tau, zeta)
-    n = x.shape[0]
-    if parameterisation == "thm2":
-        params = thm2_parameters(n, epsilon, delta, tau, zeta)
-    elif parameterisation == "wang2020":
-        params = wang2020_parameters(n, tau, zeta)
-    else:
-        raise ValueError(
-            f"parameterisation must be 'thm2' or 'wang2020'; got {parameterisation!r}"
-        )
+    params = central_parameters(x.shape[0], epsilon, delta, tau, zeta, parameterisation)
     stat = robust_mean_statistic(x, params.s, params.beta_smooth)
+    return _central_release(key, stat, params, epsilon, delta)
+
+
+def central_parameters(n: Any, epsilon: Any, delta: Any, tau: Any, zeta: Any,
+                       parameterisation: Parameterisation = "thm2") -> SmoothingParameters:
+    """``(s, beta_smooth)`` of :func:`private_mean_central` for ``n`` records (a public
+    number; an array at runtime for a padded program): :func:`thm2_parameters` or
+    :func:`wang2020_parameters`."""
+    if parameterisation == "thm2":
+        return thm2_parameters(n, epsilon, delta, tau, zeta)
+    if parameterisation == "wang2020":
+        return wang2020_parameters(n, tau, zeta)
+    raise ValueError(
+        f"parameterisation must be 'thm2' or 'wang2020'; got {parameterisation!r}"
+    )
+
+
+def private_mean_central_from_sum(key: jax.Array, total: Any, count: Any, epsilon: Any,
+                                  delta: Any, params: SmoothingParameters) -> CentralRelease:
+    """:func:`private_mean_central` from the sum of the records' scores
+    (:func:`psi_sums` at ``params``, :func:`central_parameters` of ``count``; perhaps added
+    up over blocks of records, :func:`dpjax.base.fold_rows`) and the public number of records
+    ``count``: the same release, value, noise and privacy event."""
+    _check_budget(epsilon, delta)
+    stat = robust_mean_from_sum(total, params.s, count)
+    return _central_release(key, stat, params, epsilon, delta)
+
+
+def _central_release(key: jax.Array, stat: BoundedStatistic, params: SmoothingParameters,
+                     epsilon: Any, delta: Any) -> CentralRelease:
     # the classic Gaussian calibration sigma = Delta_2 sqrt(2 log(1.25/delta)) / epsilon
     noisy, event = gaussian_mechanism(key, stat, epsilon, delta)
     return CentralRelease(noisy, event.scale.astype(noisy.dtype), params.s, params.beta_smooth,

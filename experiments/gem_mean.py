@@ -30,7 +30,7 @@ import numpy as np
 
 from dpjax import robust_mean as rm
 from dpjax.accounting import ApproxDP, Ledger, Release
-from dpjax.base import Estimator
+from dpjax.base import Estimator, Padded, fold_rows
 from dpjax.config import Config, param
 from dpjax.experiments._common import COLORS
 from dpjax.experiments._gem_common import fit_loglog
@@ -83,11 +83,39 @@ def _ledger(method: str, n: int, hp, events) -> Ledger:
                         notes=["classic Gaussian calibration: proven for epsilon <= 1"])
 
 
+#: rows per block of the central estimators' padded step: 1-D records, so a block is 4 kB and
+#: every n from 512 up shares one program
+ROW_BLOCK = 1024
+
+
+def _init(beta0):
+    return MeanState(jnp.asarray(beta0, jnp.float32))
+
+
+def _padded_step(method: str, key, state, x, hp: MeanHyperparams, sizes):
+    """:func:`_step` of a central method on ``x`` padded past its ``sizes.count`` records: the
+    smoothing parameters of the count, the scores added up over blocks of records up to it
+    (:func:`dpjax.base.fold_rows`; a padded row is set to 0, whose score is 0), the release
+    from their sum."""
+    del state
+    count = sizes.count.astype(jnp.float32)
+    params = rm.central_parameters(count, hp.epsilon, hp.delta, hp.tau, hp.zeta, method)
+    total = fold_rows(lambda rows, m: rm.psi_sums(jnp.where(m, rows, 0.0), params.s,
+                                                  params.beta_smooth), x, sizes.mask, ROW_BLOCK)
+    rel = rm.private_mean_central_from_sum(key, total, count, hp.epsilon, hp.delta, params)
+    return MeanState(jnp.reshape(rel.value, (1,))), MeanInfo((rel.event,))
+
+
 @functools.lru_cache(maxsize=8)
 def mean_estimator(method: str) -> Estimator:
-    return Estimator(f"dp-mean/{method}", lambda b: MeanState(jnp.asarray(b, jnp.float32)),
-                     functools.partial(_step, method), 1, "full",
-                     functools.partial(_ledger, method))
+    """The estimator of ``method``; the central ones with a padded form (one program for
+    every ``n``); the local one's per-user noise follows the padded rows, so it keeps one
+    program per ``n``."""
+    padded = None if method == "local" else Padded(
+        f"dp-mean/{method}", _init, functools.partial(_padded_step, method), "full",
+        row_block=ROW_BLOCK)
+    return Estimator(f"dp-mean/{method}", _init, functools.partial(_step, method), 1, "full",
+                     functools.partial(_ledger, method), padded=padded)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -634,3 +634,26 @@ def test_robust_mean_from_block_sums_equals_the_statistic():
     assert not np.isclose(off.sensitivity, want.sensitivity, rtol=1e-4)
     with pytest.raises(ValueError, match="shape"):
         psi_sums(jnp.zeros((2, 2, 2)), 1.0, 1.0)
+
+
+@pytest.mark.parametrize("parameterisation", ["thm2", "wang2020"])
+def test_private_mean_central_from_block_sums_is_the_same_release(parameterisation):
+    """The central release from the scores' sum over blocks (gem_mean's padded step) and the
+    public count: the value, noise scale, (s, beta) and event of private_mean_central, with
+    the same key; the parameters of another count differ."""
+    x = jnp.asarray(np.random.default_rng(5).standard_t(3, size=1000), jnp.float32)
+    key = jax.random.key(7)
+    want = rm.private_mean_central(same_key(key), x, 0.5, 1e-3, 4.0, 0.05,
+                                   parameterisation=parameterisation)
+    params = rm.central_parameters(1000, 0.5, 1e-3, 4.0, 0.05, parameterisation)
+    total = sum(rm.psi_sums(x[i:i + 256], params.s, params.beta_smooth)
+                for i in range(0, 1000, 256))
+    got = rm.private_mean_central_from_sum(same_key(key), total, 1000, 0.5, 1e-3, params)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+    other = rm.central_parameters(999, 0.5, 1e-3, 4.0, 0.05, parameterisation)
+    assert float(other.s) != pytest.approx(float(params.s), rel=1e-6)
+    with pytest.raises(ValueError, match="parameterisation"):
+        rm.central_parameters(1000, 0.5, 1e-3, 4.0, 0.05, "thm3")
+    with pytest.raises(ValueError, match="epsilon"):
+        rm.private_mean_central_from_sum(key, total, 1000, -1.0, 1e-3, params)

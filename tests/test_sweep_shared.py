@@ -3,6 +3,7 @@ iterations) run through one compiled algorithm program, on padded, masked data, 
 results of today's per-setting kernel up to float round-off."""
 
 import dataclasses
+import functools
 import json
 import math
 
@@ -748,7 +749,7 @@ def test_padded_rows_change_nothing_in_dp_em_steps_over_row_blocks(model, privat
 
 
 def test_fold_affine_counts_the_record_free_part_once():
-    """``dp_em._fold_affine``: a statistic ``sum(records) / count - beta`` added up over
+    """``base.fold_affine``: a statistic ``sum(records) / count - beta`` added up over
     blocks equals it on all rows, value and sensitivity (the sensitivity is not summed over
     blocks, the ``- beta`` not subtracted once per block); an array too."""
     x = jnp.asarray(np.random.default_rng(0).normal(size=(40, 3)), jnp.float32)
@@ -759,10 +760,10 @@ def test_fold_affine_counts_the_record_free_part_once():
         return bounded_mean_from_sum(total, 30.0, 2.0, "linf").shift(-beta)
 
     whole = stat(x, jnp.arange(40) < 30)
-    got = jax.jit(lambda x: dp_em._fold_affine(stat, x, jnp.arange(40) < 30, 8))(x)
+    got = jax.jit(lambda x: base.fold_affine(stat, x, jnp.arange(40) < 30, 8))(x)
     np.testing.assert_allclose(got.value, whole.value, rtol=1e-6, atol=1e-6)
     assert float(got.sensitivity) == pytest.approx(float(whole.sensitivity)) == 2.0 / 30
-    arr = jax.jit(lambda x: dp_em._fold_affine(lambda r, mk: stat(r, mk).value, x,
+    arr = jax.jit(lambda x: base.fold_affine(lambda r, mk: stat(r, mk).value, x,
                                                 jnp.arange(40) < 30, 8))(x)
     np.testing.assert_allclose(arr, whole.value, rtol=1e-6, atol=1e-6)
 
@@ -785,6 +786,85 @@ def test_dp_em_settings_an_order_of_magnitude_apart_share_one_program():
     plan = sweep.plan_programs(full)
     programs = {(sweep.shape_family(s), plan[s.key]) if s.key in plan else s.key for s in full}
     assert len(full) == 27 and len(programs) == 15
+
+
+@pytest.mark.parametrize("method", ["wang2020", "thm2"])
+def test_padded_heavy_tailed_mean_over_row_blocks_equals_its_own_step(method, monkeypatch):
+    """gem_mean's central estimators padded past their records, added up in blocks of 16
+    rows (the loop runs): adversarial padded rows change nothing, the release (value, noise
+    scale, event) is the unpadded one's."""
+    from dpjax.experiments import gem_mean
+
+    monkeypatch.setattr(gem_mean, "ROW_BLOCK", 16)
+    n, m = 50, 96
+    x = gem_mean.HeavyTailed("student_t", 3.0)(jax.random.key(0), n, np.array([1.0]))
+    padded = jnp.concatenate([x, jnp.asarray(_adversarial(m - n, 0))])
+    hp = gem_mean.MeanHyperparams(*map(jnp.float32, (0.5, 1 / n, 4.0, 0.05)))
+    state = gem_mean.MeanState(jnp.zeros((1,)))
+    want, info_w = gem_mean._step(method, jax.random.key(1), state, x, hp)
+    got, info_g = jax.jit(functools.partial(gem_mean._padded_step, method))(
+        jax.random.key(1), state, padded, hp, _sizes(n, m - n, 1))
+    for a, b in zip(jax.tree_util.tree_leaves((got, info_g)),
+                    jax.tree_util.tree_leaves((want, info_w))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_gem_mean_central_settings_share_one_program_and_equal_their_own_kernels():
+    """Every n of a central heavy-tailed mean estimator shares one program (blocks of 1024
+    records up to the count), each equal to its own kernel; the local one keeps its own
+    programs (its per-user noise follows the rows); the full gem_mean plans 7 programs for
+    its 15 settings."""
+    _, sets = _experiment_settings("gem_mean", {"n_grid": (600, 3000), "n_base": 3000,
+                                                "eps_grid": (0.5,)})
+    plan = sweep.plan_programs(sets)
+    assert {s.key for s in sets if s.key not in plan} == {"local,n=600", "local,n=3000"}
+    for st in sets:
+        if st.key in plan:
+            _assert_close(sweep.run_setting(st, reps=3, seed=3, num_devices=1,
+                                            program=plan[st.key]), _per_setting(st, 3, 3))
+    _, full = _experiment_settings("gem_mean", {})
+    plan = sweep.plan_programs(full)
+    assert len(full) == 15
+    programs = {(s.key.split(",")[0], plan[s.key]) if s.key in plan else s.key for s in full}
+    assert len(programs) == 7  # wang2020 and thm2 one each, local five
+
+
+@pytest.mark.parametrize("calibration", ["paper", "gaussian"])
+def test_padded_rows_change_nothing_in_noisy_gd_over_row_blocks(calibration):
+    """Algorithm 1's padded step with blocks of 16 rows (the loop runs; 6 whole blocks, the
+    records fill 3 and 2 rows of a 4th): adversarial padded rows change nothing."""
+    d, n, m, T, block = 6, 50, 96, 10, 16
+    assert LOGIT.blockwise
+    est = dp_glm.noisy_gd(LOGIT, T, calibration, 4.0)
+    form = dp_glm._make_noisy_gd_step(LOGIT, None, calibration, 2.0, block)
+    beta = jnp.asarray(truth(0, d))
+    data = LOGIT.simulate(jax.random.key(0), n, beta)
+    padded = GLMData(jnp.concatenate([data.x, jnp.asarray(_adversarial(m - n, d))]),
+                     jnp.concatenate([data.y, jnp.asarray(_adversarial(m - n, 0))]))
+    rho = dp_glm.calibrate_rho(0.7, 1 / (2 * n), calibration, T)
+    hp = dp_glm.GLMHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 1.0, 1.0, rho)))
+    state = est.init(0.5 * beta)
+    want, info_w = est.step(jax.random.key(1), state, data, hp)
+    got, info_g = jax.jit(form)(jax.random.key(1), state, padded, hp, _sizes(n, m - n, T))
+    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
+                    jax.tree_util.tree_leaves(info_w.events)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_noisy_gd_settings_4x_apart_in_n_share_one_program():
+    """Algorithm 1 adds up its clipped gradient in blocks of 4096 records up to the count, so
+    n = 5000 and 20000 share one program (the geometric buckets kept them apart), each equal
+    to its own kernel; the full glm_fig1 plans one program per (calibration, d): 9."""
+    sets = [_glm_setting(n, 4, 3, "gaussian") for n in (5000, 20000)]
+    plan = sweep.plan_programs(sets)
+    assert plan[sets[0].key] == plan[sets[1].key] == sweep.Program(3, 20480, 2)
+    _assert_close(sweep.run_setting(sets[0], reps=2, seed=3, num_devices=1,
+                                    program=plan[sets[0].key]), _per_setting(sets[0], 2, 3))
+    _, full = _experiment_settings("glm_fig1", {})
+    plan = sweep.plan_programs(full)
+    programs = {(sweep.shape_family(s), plan[s.key]) if s.key in plan else s.key for s in full}
+    assert len(full) == 19 and len(programs) == 9
 
 
 def test_ldp_gem_settings_share_programs_and_equal_their_own_kernels():

@@ -56,9 +56,8 @@ import numpy as np
 from dpjax import _pld, _validate, registry
 from dpjax.accounting import ApproxDP, Ledger, Release, parallel_pld
 from dpjax.algorithms._boundary import check_model, checked_inputs, host_solved
-from dpjax.base import Estimator, FitResult, Padded, batch_size, fit, fold_rows
+from dpjax.base import Estimator, FitResult, Padded, batch_size, fit, fold_affine
 from dpjax.mechanisms import (
-    BoundedStatistic,
     PrivacyEvent,
     gaussian_mechanism,
     hard_threshold,
@@ -187,32 +186,9 @@ def peeling_epsilon_coord(epsilon: float, delta: float, s_hat: int) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-#: rows per block of a padded step's statistic over records (:func:`_fold_affine`): 2 MB of
-#: a d = 1000 batch; settings of every batch size from 256 rows up share a program
+#: rows per block of a padded step's statistic over records (:func:`dpjax.base.fold_affine`):
+#: 2 MB of a d = 1000 batch; settings of every batch size from 256 rows up share a program
 ROW_BLOCK = 512
-
-
-def _fold_affine(fn: Any, batch: Any, mask: jax.Array, block: int | None) -> Any:
-    """``fn(batch, mask)`` -- a statistic (a :class:`~dpjax.mechanisms.BoundedStatistic` or an
-    array) that is the sum of the masked records' terms divided by their public count plus a
-    part that reads no record (``- beta``), as a model with ``blockwise`` computes it --
-    added up over blocks of ``block`` rows up to the count (:func:`dpjax.base.fold_rows`).
-
-    The record-free part and the sensitivity (public values only) are ``fn`` on zero rows;
-    every block adds its value less that part, so the sum is the records' terms once and the
-    record-free part once."""
-    if block is None or block >= mask.shape[0]:
-        return fn(batch, mask)
-    empty = fn(jax.tree_util.tree_map(lambda x: x[:0], batch), mask[:0])
-    stat = isinstance(empty, BoundedStatistic)
-    base = empty.value if stat else empty
-
-    def part(rows, m):
-        out = fn(rows, m)
-        return (out.value if stat else out) - base
-
-    value = base + fold_rows(part, batch, mask, block)
-    return dataclasses.replace(empty, value=value) if stat else value
 
 
 def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
@@ -220,7 +196,7 @@ def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
     """The step; ``s_hat = None`` for a sparse privatiser: the padded form's, with ``s_hat`` at
     runtime from ``sizes.slots`` (the peeling and top-``s`` with ``s_max``), and its statistic
     over records added up in blocks of ``row_block`` rows up to the count
-    (:func:`_fold_affine`)."""
+    (:func:`dpjax.base.fold_affine`)."""
     runtime_s = s_hat is None and privatiser in ("noisy-ht", "top-s")
 
     def step(key, state: DPEMState, batch, hp: DPEMHyperparams, sizes=None):
@@ -233,7 +209,7 @@ def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
                 stat = model.truncated_gradient(beta, batch, hp.truncation)
             else:  # a padded batch: its mask's rows, n0 = sizes.count (see _padded)
                 count = sizes.count.astype(beta.dtype)
-                stat = _fold_affine(lambda rows, m: model.truncated_gradient(
+                stat = fold_affine(lambda rows, m: model.truncated_gradient(
                     beta, rows, hp.truncation, mask=m, count=count), batch, sizes.mask,
                     row_block)
             stat = stat.scale(hp.eta).shift(beta)  # beta^{t+0.5}, lambda_t = eta * sens(f_T)
@@ -260,7 +236,7 @@ def _make_step(model: EMModel, privatiser: Privatiser, s_hat: int | None,
             half = beta + hp.eta * model.gradient(beta, batch)
         else:
             count = sizes.count.astype(beta.dtype)
-            half = beta + hp.eta * _fold_affine(
+            half = beta + hp.eta * fold_affine(
                 lambda rows, m: model.gradient(beta, rows, mask=m, count=count), batch,
                 sizes.mask, row_block)
         events = (no_privacy_event("linf"),)
