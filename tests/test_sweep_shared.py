@@ -769,23 +769,28 @@ def test_fold_affine_counts_the_record_free_part_once():
 
 
 def test_dp_em_settings_an_order_of_magnitude_apart_share_one_program():
-    """ld-dp-em and gradient EM add up their records in blocks of 512 up to the count, so
-    em_fig2's settings with n from 5000 to 25000 (batches of 555 to 2272 rows; all rows for
-    gradient EM) share one program per method, each equal to its own kernel; the full em_fig2
-    plans one program per (method, d): 15 for its 27 settings (the geometric buckets: 18)."""
+    """Gradient EM adds up its records in blocks of 4096 up to the count, so em_fig2's
+    settings with n = 5000 and 25000 (all rows; 3x and 5x apart, which the geometric buckets
+    kept apart) share one program, each equal to its own kernel; so do em_rmc's ld-dp-em
+    batches of 4545 to 15384 rows. The full em_fig2 plans 16 programs for its 27 settings (the
+    geometric buckets: 18; ld-dp-em's batches of 555 to 2272 rows are under one block)."""
     _, sets = _experiment_settings("em_fig2", {"n_grid": (5000, 25000), "d_grid": (4,),
                                                "d_base": 4, "n_base": 5000})
-    sets = [s for s in sets if s.key.split(",")[0] in ("ld-dp-em", "gradient-em")]
+    sets = [s for s in sets if s.key.startswith("gradient-em")]
     plan = sweep.plan_programs(sets)
-    assert set(plan) == {s.key for s in sets} and len(set(plan.values())) == 2
-    for st in sets:
-        if sweep._data_rows(st) * 2 < plan[st.key].rows:  # padded more than 2x
-            _assert_close(sweep.run_setting(st, reps=2, seed=3, num_devices=1,
-                                            program=plan[st.key]), _per_setting(st, 2, 3))
+    assert set(plan) == {s.key for s in sets} and len(set(plan.values())) == 1
+    small = min(sets, key=sweep._data_rows)
+    assert plan[small.key].rows > 2 * sweep._data_rows(small)  # padded 5x, works 8192 rows
+    _assert_close(sweep.run_setting(small, reps=2, seed=3, num_devices=1,
+                                    program=plan[small.key]), _per_setting(small, 2, 3))
     _, full = _experiment_settings("em_fig2", {})
     plan = sweep.plan_programs(full)
     programs = {(sweep.shape_family(s), plan[s.key]) if s.key in plan else s.key for s in full}
-    assert len(full) == 27 and len(programs) == 15
+    assert len(full) == 27 and len(programs) == 16
+    _, rmc = _experiment_settings("em_rmc", {})
+    plan = sweep.plan_programs(rmc)
+    ld = [s for s in rmc if s.key.startswith("ld-dp-em") and sweep._data_rows(s) >= 4096]
+    assert len(ld) == 6 and len({plan[s.key] for s in ld}) == 1
 
 
 @pytest.mark.parametrize("method", ["wang2020", "thm2"])
