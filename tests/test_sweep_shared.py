@@ -834,44 +834,6 @@ def test_gem_mean_central_settings_share_one_program_and_equal_their_own_kernels
     assert len(programs) == 7  # wang2020 and thm2 one each, local five
 
 
-@pytest.mark.parametrize("calibration", ["paper", "gaussian"])
-def test_padded_rows_change_nothing_in_noisy_gd_over_row_blocks(calibration):
-    """Algorithm 1's padded step with blocks of 16 rows (the loop runs; 6 whole blocks, the
-    records fill 3 and 2 rows of a 4th): adversarial padded rows change nothing."""
-    d, n, m, T, block = 6, 50, 96, 10, 16
-    assert LOGIT.blockwise
-    est = dp_glm.noisy_gd(LOGIT, T, calibration, 4.0)
-    form = dp_glm._make_noisy_gd_step(LOGIT, None, calibration, 2.0, block)
-    beta = jnp.asarray(truth(0, d))
-    data = LOGIT.simulate(jax.random.key(0), n, beta)
-    padded = GLMData(jnp.concatenate([data.x, jnp.asarray(_adversarial(m - n, d))]),
-                     jnp.concatenate([data.y, jnp.asarray(_adversarial(m - n, 0))]))
-    rho = dp_glm.calibrate_rho(0.7, 1 / (2 * n), calibration, T)
-    hp = dp_glm.GLMHyperparams(*map(jnp.float32, (0.7, 1 / (2 * n), 1.0, 1.0, rho)))
-    state = est.init(0.5 * beta)
-    want, info_w = est.step(jax.random.key(1), state, data, hp)
-    got, info_g = jax.jit(form)(jax.random.key(1), state, padded, hp, _sizes(n, m - n, T))
-    np.testing.assert_allclose(got.beta, want.beta, rtol=1e-5, atol=1e-6)
-    for a, b in zip(jax.tree_util.tree_leaves(info_g.events),
-                    jax.tree_util.tree_leaves(info_w.events)):
-        np.testing.assert_allclose(a, b, rtol=1e-6)
-
-
-def test_noisy_gd_settings_4x_apart_in_n_share_one_program():
-    """Algorithm 1 adds up its clipped gradient in blocks of 4096 records up to the count, so
-    n = 5000 and 20000 share one program (the geometric buckets kept them apart), each equal
-    to its own kernel; the full glm_fig1 plans one program per (calibration, d): 9."""
-    sets = [_glm_setting(n, 4, 3, "gaussian") for n in (5000, 20000)]
-    plan = sweep.plan_programs(sets)
-    assert plan[sets[0].key] == plan[sets[1].key] == sweep.Program(3, 20480, 2)
-    _assert_close(sweep.run_setting(sets[0], reps=2, seed=3, num_devices=1,
-                                    program=plan[sets[0].key]), _per_setting(sets[0], 2, 3))
-    _, full = _experiment_settings("glm_fig1", {})
-    plan = sweep.plan_programs(full)
-    programs = {(sweep.shape_family(s), plan[s.key]) if s.key in plan else s.key for s in full}
-    assert len(full) == 19 and len(programs) == 9
-
-
 def test_ldp_gem_settings_share_programs_and_equal_their_own_kernels():
     # gem_local's local-DP gradient EM (disjoint user groups), n = 300 and 500, T = 4 and 5:
     # groups of 75 and 100 users; n = 300's run padded to 100 rows and 5 steps

@@ -105,7 +105,7 @@ from dpjax.accounting import (
     zcdp_for_approx_dp,
 )
 from dpjax.algorithms._boundary import check_model, checked_inputs, host_solved
-from dpjax.base import ROW_BLOCK, Estimator, FitResult, Padded, fit, fold_affine
+from dpjax.base import Estimator, FitResult, Padded, fit
 from dpjax.mechanisms import (
     PrivacyEvent,
     _analytic_mu_jnp,
@@ -478,21 +478,17 @@ def _no_support() -> jax.Array:
     return jnp.zeros((0,), jnp.int32)
 
 
-def _make_noisy_gd_step(model: GLM, T: int | None, calibration: Calibration, margin: float,
-                        row_block: int | None = None):
+def _make_noisy_gd_step(model: GLM, T: int | None, calibration: Calibration, margin: float):
     """Algorithm 1's step; ``T = None``: the padded form's, with ``T`` and ``n`` from the
-    runtime ``sizes`` (:class:`dpjax.base.Padded`) and the clipped gradient added up over
-    blocks of ``row_block`` records up to the count (:func:`dpjax.base.fold_affine`)."""
+    runtime ``sizes`` (:class:`dpjax.base.Padded`)."""
     def step(key, state: GLMState, data, hp: GLMHyperparams, sizes=None):
         beta = state.beta
         if sizes is None:
             grad = model.clipped_gradient(beta, data, hp.truncation, "l2")
             T_run = T
         else:
-            count = sizes.count.astype(beta.dtype)
-            grad = fold_affine(lambda rows, m: model.clipped_gradient(
-                beta, rows, hp.truncation, "l2", mask=m, count=count), data, sizes.mask,
-                row_block)
+            grad = model.clipped_gradient(beta, data, hp.truncation, "l2", mask=sizes.mask,
+                                          count=sizes.count.astype(beta.dtype))
             T_run = sizes.num_steps.astype(beta.dtype)
         # beta^t - eta g(beta^t): declared l2 sensitivity eta B sqrt(d) / n, B = margin 2(R + c1)
         # sigma_x; the true one (eta 2 (R + c1) sigma_x sqrt(d) / n) rides along in the event.
@@ -636,12 +632,8 @@ def _padded_noisy_gd(model: GLM, calibration: Calibration, b: float) -> Padded |
     the budget."""
     if not getattr(model, "supports_mask", False):
         return None
-    # the clipped gradient is its records' sum over the count: blocks of ROW_BLOCK records up
-    # to the count, so settings of every n share one program (plan_programs)
-    block = ROW_BLOCK if getattr(model, "blockwise", False) else None
     return Padded(f"alg1-noisy-gd[{calibration}]/{model.name}", _init,
-                  _make_noisy_gd_step(model, None, calibration, b / 2.0, block), "full",
-                  row_block=block)
+                  _make_noisy_gd_step(model, None, calibration, b / 2.0), "full")
 
 
 def noisy_iht(

@@ -444,9 +444,6 @@ class GLM:
 
     #: ``clipped_gradient`` takes a row mask and a runtime count (padded programs)
     supports_mask = True
-    #: and is its masked records' sum over the count, defined on zero rows: a padded step adds
-    #: it up over blocks of records (Algorithm 1's row blocks, :func:`dpjax.base.fold_affine`)
-    blockwise = True
 
     # -- facts for ledgers and validation ------------------------------------------------------
 
