@@ -207,3 +207,26 @@ def test_shared_vs_own_times_every_shared_program_of_a_study():
         assert r["padding_ratio"] == 1.5 and r["program_steps"] == 5
         assert min(r["own_s"], r["shared_own_sizes_s"], r["shared_s"]) > 0
         assert r["shared_ratio"] == r["shared_s"] / r["own_s"]
+
+
+def test_row_blocks_times_a_form_with_and_without_its_blocks():
+    """benchmarks/row_blocks.py on a tiny iv_fig3 (blocks of 256, n = 300 in a program of
+    768 rows: 600 in whole blocks): one row, both forms timed, the ratio theirs; and a tiny
+    em_fig2 case."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "row_blocks.py"
+    spec = importlib.util.spec_from_file_location("row_blocks", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert set(mod.CASES) and set(mod.GLM_CASES)
+    row = mod.measure("iv", ("iv_fig3", {"dims": (2,), "n_grid": (300, 600), "T": 3,
+                                         "clip_consts": (1.0,)}, "dp,d=2,n=300", 2), rounds=1)
+    assert row["own_rows"] == 300 and row["program_rows"] == 768 and row["row_block"] == 256
+    assert min(row["blocked_s"], row["unblocked_s"]) > 0
+    assert row["ratio"] == row["blocked_s"] / row["unblocked_s"]
+    row = mod.measure("em", ("em_fig2", {"n_grid": (5000, 25000), "d_grid": (3,),
+                                         "d_base": 3, "n_base": 5000},
+                             "gradient-em,n=5000,d=3", 2), rounds=1)
+    assert row["row_block"] == 4096 and row["program_rows"] > row["own_rows"]
