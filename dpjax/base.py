@@ -336,10 +336,11 @@ def fold_rows(fn: Callable[[PyTree, jax.Array], PyTree], data: PyTree, mask: jax
     that runtime bound), so a setting padded from ``n`` to ``m`` rows computes ``ceil(n /
     block) block`` rows, not ``m``; ``fn`` masks the padded rows of the last block as ever.
     Where ``block`` does not divide ``m`` the ``m % block`` rows past the whole blocks are one
-    more call of ``fn``, always made (the shared programs' rows are whole blocks,
-    :func:`dpjax.sweep.padded_rows`; a setting at its own sizes computes all its rows
-    anyway). ``fn(rows, mask)`` returns the block's sum (any pytree of arrays); the blocks are
-    added in order. With ``block`` ``None`` or at least ``m``, this is ``fn(data, mask)``.
+    more call of ``fn``, always made (a shared program's rows are whole blocks from two
+    blocks up, :func:`dpjax.sweep.padded_rows`, which :func:`dpjax.sweep.rows_worked` counts;
+    a setting at its own sizes computes all its rows anyway). ``fn(rows, mask)`` returns the
+    block's sum (any pytree of arrays); the blocks are added in order. With ``block`` ``None``
+    or at least ``m``, this is ``fn(data, mask)``.
 
     Args:
         fn: the sum of one block's per-record terms, rows outside ``mask`` contributing
