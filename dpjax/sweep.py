@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -95,6 +96,9 @@ __all__ = [
     "own_program",
     "shape_family",
     "SHARED_FREE_PAD_BYTES",
+    "SHARED_DATA_FREE_BYTES",
+    "is_prefix_stable",
+    "shares_data_program",
     "SHARED_MAX_REP_BYTES",
     "run_setting",
     "study_function",
@@ -549,12 +553,20 @@ def _padded_digest(estimator, simulate, init, record, plan, draw_truth, final_on
     # a runtime sparsity at the setting's own s too (s_max = s: whatever the bucket's)
     program = Program(estimator.num_steps, rows, 1, estimator.padded.sparsity)
     reps = jax.ShapeDtypeStruct((1,), jnp.uint32)
-    data_fn = _shared_data_fn(simulate, init, plan, draw_truth, estimator.batching,
-                              estimator.num_steps, program)
-    closed = jax.make_jaxpr(data_fn)(reps, key, truth)
+    disjoint = estimator.batching == "disjoint"
+    batching, steps = (estimator.batching, estimator.num_steps) if disjoint else (None, None)
+    own_rows = ()
+    if is_prefix_stable(simulate) and (plan.num_blocks == estimator.num_steps or not disjoint):
+        # the program's shared data program (shares_data_program), at the setting's own rows
+        data_fn = _shared_data_fn(simulate, init, plan, draw_truth, batching, steps, program,
+                                  True)
+        own_rows = (jax.ShapeDtypeStruct((), jnp.int32),)
+    else:
+        data_fn = _shared_data_fn(simulate, init, plan, draw_truth, batching, steps, program)
+    closed = jax.make_jaxpr(data_fn)(reps, key, truth, *own_rows)
     h.update(str(closed).encode())
     _hash_constants(closed, h, set())
-    data, params0, truth_r, _ = jax.eval_shape(data_fn, reps, key, truth)
+    data, params0, truth_r, _ = jax.eval_shape(data_fn, reps, key, truth, *own_rows)
     count = jax.ShapeDtypeStruct((), jnp.int32)
     sparsity = () if program.s_max is None else (count,)
     closed = jax.make_jaxpr(_shared_alg_fn(estimator.padded, record, final_only, program.steps,
@@ -687,6 +699,11 @@ SHARED_MAX_REP_BYTES = 2**28
 #: own (bytes): up to this, one program for every ``n`` of its family (its work follows its own
 #: blocks, :attr:`dpjax.base.Padded.row_block`); past it, the geometric buckets
 SHARED_FREE_PAD_BYTES = 2**26
+#: the records a study may draw past its settings' own (bytes, over all its repetitions) so
+#: that settings of one program share its data program (:func:`shares_data_program`): drawing
+#: them costs about 13 ms a million float32 normals on the 2-core CPU of benchmarks/README.md,
+#: so up to this about 0.4 s, against 0.7-1.9 s to compile one more data program there
+SHARED_DATA_FREE_BYTES = 2**27
 
 
 @dataclasses.dataclass(frozen=True)
@@ -765,11 +782,61 @@ def shape_family(setting: Setting) -> tuple | None:
 
 def _rep_data_bytes(setting: Setting, program: Program) -> int:
     """Bytes of one repetition's padded data in the shared program."""
-    row = _record_shapes(setting, setting.example_truth())
-    row_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize
-                    for x in jax.tree_util.tree_leaves(row))
     batches = program.steps if setting.estimator.batching == "disjoint" else 1
-    return row_bytes * program.rows * batches
+    return _row_bytes(setting) * program.rows * batches
+
+
+def _row_bytes(setting: Setting) -> int:
+    row = _record_shapes(setting, setting.example_truth())
+    return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(row))
+
+
+def is_prefix_stable(simulate: Callable[..., Any]) -> bool:
+    """Whether ``simulate`` says its draws are prefix-stable and JAX's random numbers are.
+
+    A ``simulate`` says so by :func:`dpjax.models.prefix_stable` (an attribute
+    ``prefix_stable = True`` on the function, or on the ``__call__`` of a callable object):
+    for every key, truth and ``m <= M``, ``simulate(key, m, truth)`` is the first ``m``
+    records of ``simulate(key, M, truth)`` (as the bundled models' ``simulate`` are, and
+    tests/test_sweep_shared.py checks on every bundled setting). ``jax.random`` draws are
+    prefix-stable in their leading axis under JAX's default random number generator
+    (threefry with ``jax_threefry_partitionable``, the default since JAX 0.5); with another
+    generator or the flag off, this is ``False`` whatever ``simulate`` says."""
+    said = getattr(simulate, "prefix_stable", None)
+    if said is None and not inspect.isfunction(simulate) and not inspect.ismethod(simulate):
+        said = getattr(type(simulate).__call__, "prefix_stable", None)  # a callable object
+    return (said is True and bool(jax.config.jax_threefry_partitionable)
+            and str(jax.config.jax_default_prng_impl) == "threefry2x32")
+
+
+def _shared_draws(setting: Setting, program: Program) -> DataPlan | None:
+    """The blocks the data program of ``program`` draws for a setting of prefix-stable
+    ``simulate`` (as many as the setting's, each of at least its rows): one block per step of
+    the program's rows (disjoint batches), else the setting's blocks of records with the
+    program's rows split over them; ``None`` for batches split from the records
+    (:func:`_data_rows`: blocks other than one per step), which keep a data program of their
+    own."""
+    est, plan = setting.estimator, setting.plan
+    if est.batching == "disjoint":
+        return DataPlan(plan.num_blocks, program.rows) if plan.num_blocks == est.num_steps \
+            else None
+    return DataPlan(plan.num_blocks, -(-program.rows // plan.num_blocks))
+
+
+def shares_data_program(setting: Setting, program: Program, reps: int) -> bool:
+    """Whether a setting run in ``program`` (:func:`plan_programs`) for ``reps`` repetitions
+    draws its data in the program's data program, shared by its settings of equal ``simulate``,
+    ``init``, truth draw and number of blocks (one compile for all of them), rather than in one
+    of its own (one compile per setting): where its ``simulate`` is prefix-stable
+    (:func:`is_prefix_stable`) and the records the shared program draws past its own
+    (:func:`_shared_draws`: up to the program's rows, then zeroed) cost at most
+    :data:`SHARED_DATA_FREE_BYTES` over the ``reps`` repetitions. Either way its data are the
+    same, bit for bit."""
+    draws = _shared_draws(setting, program) if is_prefix_stable(setting.simulate) else None
+    if draws is None:
+        return False
+    extra = draws.num_records - setting.plan.num_records
+    return extra * _row_bytes(setting) * reps <= SHARED_DATA_FREE_BYTES
 
 
 def own_program(setting: Setting) -> Program:
@@ -867,12 +934,21 @@ def rows_worked(own: int, rows: int, block: int | None) -> int:
     return min(whole, -(-own // block)) * block + rest
 
 
-def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, program):
+def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, program,
+                    runtime_rows=False):
     """Repetition ``r``'s padded data, start values, truth and data check (the draws of
     :func:`_repetition`, bit for bit, before padding; the check, :func:`_has_nonfinite`, reads
-    every drawn record, as :func:`_repetition` does, and none of the padding's zeros)."""
+    every drawn record, as :func:`_repetition` does, and none of the padding's zeros).
 
-    def one(r, data_key, truth):
+    ``runtime_rows``: the program's data program, shared by the settings of ``program`` whose
+    ``simulate`` is prefix-stable (:func:`shares_data_program`): ``plan`` is its draws
+    (:func:`_shared_draws`: the setting's number of blocks, each of at least its rows), the
+    chunk function takes the setting's own rows per block last (an int32 scalar), the records
+    drawn past them are zeroed, and blocks of records are joined at the setting's rows per
+    block (bit for bit the setting's own draws, then its padding). ``batching`` and
+    ``num_steps`` are read for disjoint batches only (others pass ``None``)."""
+
+    def one(r, data_key, truth, *own_rows):
         data_key = _as_typed_key(data_key)
         data_key_r = jax.random.fold_in(data_key, r)
         if draw_truth is not None:
@@ -881,10 +957,25 @@ def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, progr
         blocks = jax.vmap(lambda b: simulate(jax.random.fold_in(data_key_r, b),
                                              plan.block_size, truth))(
             jnp.arange(plan.num_blocks))
+        if runtime_rows:  # the setting's own records, then zeros (its padding)
+            keep = jnp.arange(plan.block_size) < own_rows[0]
+            blocks = jax.tree_util.tree_map(
+                lambda x: jnp.where(keep.reshape((1, -1) + (1,) * (x.ndim - 2)), x,
+                                    jnp.zeros((), x.dtype)), blocks)
+
+        def joined(x):  # blocks of records, each of the setting's rows, one after the other
+            i = jnp.arange(program.rows)
+            src = jnp.minimum((i // own_rows[0]) * plan.block_size + i % own_rows[0],
+                              plan.num_records - 1)
+            flat = x.reshape((plan.num_records,) + x.shape[2:])[src]
+            valid = (i < plan.num_blocks * own_rows[0]).reshape((-1,) + (1,) * (x.ndim - 2))
+            return jnp.where(valid, flat, jnp.zeros((), x.dtype))
 
         def layout(x):
             if batching == "disjoint" and plan.num_blocks == num_steps:
                 batches = x  # a block is a step's batch (the streamed layout)
+            elif runtime_rows and plan.num_blocks > 1:
+                return joined(x)
             else:
                 x = x.reshape((plan.num_records,) + x.shape[2:])
                 if batching != "disjoint":
@@ -899,8 +990,9 @@ def _shared_data_fn(simulate, init, plan, draw_truth, batching, num_steps, progr
         return (jax.tree_util.tree_map(layout, blocks), params0, truth,
                 _has_nonfinite(blocks))
 
-    def chunk(reps, data_key, truth):
-        return jax.vmap(one, in_axes=(0, None, None))(reps, data_key, truth)
+    def chunk(reps, data_key, truth, *own_rows):
+        return jax.vmap(one, in_axes=(0, None, None) + (None,) * len(own_rows))(
+            reps, data_key, truth, *own_rows)
 
     return chunk
 
@@ -973,21 +1065,34 @@ def _jit_over_reps(fn: Callable, num_devices: int, rep_args: Sequence[bool]) -> 
     return _Kernel(sharded, in_shardings=tuple(by_rep if a else replicated for a in rep_args))
 
 
-def make_shared_kernels(setting: Setting, program: Program, num_devices: int = 1
-                        ) -> tuple[Callable, Callable]:
+def make_shared_kernels(setting: Setting, program: Program, num_devices: int = 1,
+                        share_data: bool = False) -> tuple[Callable, Callable]:
     """``(data, algorithm)``: the setting's data program ``(reps (C,), data_key, truth) ->
     (data, params0, truth, nonfinite (C,))`` (padded to ``program``; ``nonfinite``: 1 where a
     repetition's drawn data hold a NaN or infinite entry, see :data:`NONFINITE_DATA`) and its
     family's algorithm program ``(reps, noise_key, data, params0, truth, hparams (L,),
     ids (L,), count, num_steps[, s])`` -> record ``(C, L, program.steps + 1)``, shared by every
     setting of the family at these sizes (cached: a study compiles it once; ``s``: the
-    setting's runtime sparsity, with ``program.s_max``)."""
+    setting's runtime sparsity, with ``program.s_max``).
+
+    ``share_data`` (where :func:`shares_data_program` allows it): the data program is the
+    program's, shared by the settings of equal ``simulate``, ``init``, truth draw and blocks
+    per repetition, and takes the setting's rows per block (``count``) as a last argument;
+    otherwise it is the setting's own (one per data plan)."""
     est = setting.estimator
-    data_key = (setting.simulate, setting.init, setting.plan, setting.draw_truth,
-                est.batching, est.num_steps, program, num_devices)
+    disjoint = est.batching == "disjoint"  # only then are the batching and steps read
+    batching, steps = (est.batching, est.num_steps) if disjoint else (None, None)
+    if share_data:
+        data_key = (setting.simulate, setting.init, _shared_draws(setting, program),
+                    setting.draw_truth, batching, steps, program, True, num_devices)
+        rep_args = (True, False, False, False)
+    else:
+        data_key = (setting.simulate, setting.init, setting.plan, setting.draw_truth,
+                    batching, steps, program, False, num_devices)
+        rep_args = (True, False, False)
     if data_key not in _DATA_KERNELS:
         _DATA_KERNELS[data_key] = _jit_over_reps(_shared_data_fn(*data_key[:-1]), num_devices,
-                                                 (True, False, False))
+                                                 rep_args)
     form = _shared_form(est.padded)
     alg_key = (form, setting.record, setting.final_only, program.steps, program.s_max,
                num_devices)
@@ -1260,10 +1365,12 @@ def run_setting(
     bounds = chunk_bounds(reps, chunk_size) if bounds is None else list(bounds)
     tally = getattr(store, "tally", None)
     if program is not None and shape_family(setting) is not None:
-        runner = _SharedRunner.build(setting, program, seed, chunk_size, num_devices, tally)
+        runner = _SharedRunner.build(setting, program, seed, chunk_size, num_devices, tally,
+                                     reps)
     else:
         runner = _SettingRunner.build(setting, seed, chunk_size, data_mode, num_devices, tally)
     compiled_before = _cache_size(runner.kernel)
+    data_before = _cache_size(runner.data_kernel) if isinstance(runner, _SharedRunner) else 0
     levels = list(setting.levels if levels is None else levels)
     out = []
     for i, (a, b) in enumerate(bounds):
@@ -1287,6 +1394,9 @@ def run_setting(
     if programs is not None:
         programs.update(program=runner.program_id,
                         compiled=_cache_size(runner.kernel) > compiled_before)
+        if isinstance(runner, _SharedRunner):
+            programs.update(data_program="shared" if runner.share_data else "own",
+                            data_compiled=_cache_size(runner.data_kernel) > data_before)
     if any(o is None for o in out):  # a non-zero process skipped chunks process 0 had stored
         return {}
     return {k: np.concatenate([o[k] for o in out], axis=0) for k in out[0]}
@@ -1398,14 +1508,17 @@ class _SharedRunner(_SettingRunner):
 
     data_kernel: Callable[..., Any] = None
     program: Program = None
+    share_data: bool = False
 
     @classmethod
     def build(cls, setting: Setting, program: Program, seed: int, chunk_size: int,
-              num_devices: int | None, tally: Callable[..., None] | None) -> _SharedRunner:
+              num_devices: int | None, tally: Callable[..., None] | None,
+              reps: int | None = None) -> _SharedRunner:
         devices = len(jax.devices()) if num_devices is None else num_devices
         devices = max(1, min(devices, chunk_size))
         program = _checked_sparsity(setting, program)
-        data_kernel, kernel = make_shared_kernels(setting, program, devices)
+        share = shares_data_program(setting, program, chunk_size if reps is None else reps)
+        data_kernel, kernel = make_shared_kernels(setting, program, devices, share)
         data_key, noise_key = (
             np.asarray(jax.random.key_data(k))
             for k in study_keys(seed, setting.key, setting.data_group)
@@ -1413,7 +1526,7 @@ class _SharedRunner(_SettingRunner):
         return cls(setting, kernel, data_key, noise_key, math.ceil(chunk_size / devices) * devices,
                    _rep_sharding(devices)[1] if devices > 1 else None,
                    jax.process_count() > 1, jax.process_index() == 0, tally, data_kernel,
-                   program)
+                   program, share)
 
     @property
     def program_id(self) -> str:
@@ -1426,9 +1539,10 @@ class _SharedRunner(_SettingRunner):
     def _call(self, start: int, hparams: Any, ids: Any) -> dict[str, np.ndarray]:
         reps_in = _rep_indices(start, self.padded, self.rep_sharding)
         setting, prog = self.setting, self.program
-        data, params0, truth, bad = self.data_kernel(reps_in, self.data_key,
-                                                     setting.fixed_truth)
         count = np.int32(_data_rows(setting))
+        own = (np.int32(setting.plan.block_size),) if self.share_data else ()
+        data, params0, truth, bad = self.data_kernel(reps_in, self.data_key,
+                                                     setting.fixed_truth, *own)
         num_steps = np.int32(setting.estimator.num_steps)
         sparsity = () if prog.s_max is None else (np.int32(_sparsity(setting)),)
         total = len(ids)

@@ -35,6 +35,7 @@ from dpjax.config import Config, param
 from dpjax.experiments._common import COLORS
 from dpjax.experiments._gem_common import fit_loglog
 from dpjax.mechanisms import PrivacyEvent
+from dpjax.models import prefix_stable
 from dpjax.plotting import Claim, Curve, Panel, plot_panels
 from dpjax.study import Experiment
 from dpjax.sweep import DataPlan, Setting
@@ -126,6 +127,7 @@ class HeavyTailed:
     dist: str
     shape: float
 
+    @prefix_stable
     def __call__(self, key, n, truth):
         if self.dist == "student_t":
             return truth[0] + jax.random.t(key, self.shape, (n,), jnp.float32)
@@ -161,6 +163,13 @@ class MeanConfig(Config):
     zeta: float = param(0.05, gt=0, lt=1, doc="failure probability")
 
 
+def _start_at_truth(key, truth):
+    """The start value (unused by a one-step mean): the truth, one function for every setting
+    (so settings of one program share its data program)."""
+    del key
+    return truth
+
+
 def settings(c):
     sim = HeavyTailed(c["dist"], c["shape"])
     mean, tau = sim.mean_and_tau(c["mu"])
@@ -173,7 +182,7 @@ def settings(c):
         for m in c["methods"]:
             out.append(Setting(
                 key=f"{m},n={n}", columns={"method": m, "n": n, "dist": c["dist"]},
-                estimator=mean_estimator(m), simulate=sim, init=lambda k, t: t,
+                estimator=mean_estimator(m), simulate=sim, init=_start_at_truth,
                 record=AbsError(), truth=np.array([mean], np.float32),
                 plan=DataPlan(1, n), hparams_type=MeanHyperparams,
                 levels=tuple({"epsilon": e, "delta": 1.0 / n, "tau": tau, "zeta": c["zeta"]}

@@ -49,7 +49,8 @@ module                                  holds
 :mod:`dpjax.mechanisms.clipping`        :func:`sanitize`, :func:`clip_l2`, :func:`clip_linf`,
                                         :func:`l2_norm`, :func:`clipped_outer_mean`,
                                         :func:`clipped_outer_sum`,
-                                        :func:`clipped_outer_mean_from_sum`, :func:`records_dot`
+                                        :func:`clipped_outer_mean_from_sum`, :func:`records_dot`,
+                                        :func:`rows_dot`
 :mod:`dpjax.mechanisms.calibration`     the multipliers and scales of the table above
 :mod:`dpjax.mechanisms.secure`          :func:`secure_noise`: exact discrete noise
 :mod:`dpjax.mechanisms.noise`           the Laplace and Gaussian mechanisms and their draws
@@ -96,6 +97,7 @@ from dpjax.mechanisms.clipping import (
     clipped_outer_sum,
     l2_norm,
     records_dot,
+    rows_dot,
     sanitize,
 )
 from dpjax.mechanisms.local import (
@@ -164,6 +166,7 @@ __all__ = [
     "clipped_outer_mean_from_sum",
     "clipped_outer_sum",
     "records_dot",
+    "rows_dot",
     "l2_norm",
     "sanitize",
     "GAUSSIAN_CALIBRATIONS",

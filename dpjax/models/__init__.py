@@ -5,7 +5,7 @@ from dpjax.models.glm import GLM, GLMData, sparse_sphere_beta, sphere_beta
 from dpjax.models.gmm import GaussianMixture, GMMData, sparse_unit_beta
 from dpjax.models.iv import IVData, IVParameters, LinearIV
 from dpjax.models.mor import MixtureOfRegressions, MoRData
-from dpjax.models.protocol import EMModel
+from dpjax.models.protocol import EMModel, prefix_stable
 from dpjax.models.rmc import RegressionMissingCovariates, RMCData
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "MoRData",
     "RMCData",
     "RegressionMissingCovariates",
+    "prefix_stable",
     "sparse_sphere_beta",
     "sparse_unit_beta",
     "sphere_beta",

@@ -29,6 +29,7 @@ import numpy as np
 
 from dpjax import _cpu_prng, _validate
 from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf, sanitize
+from dpjax.models.protocol import prefix_stable
 
 __all__ = ["GMMData", "GaussianMixture", "sparse_unit_beta"]
 
@@ -60,6 +61,7 @@ class GaussianMixture:
 
     # -- simulation ---------------------------------------------------------------------------
 
+    @prefix_stable
     def simulate(self, key: jax.Array, n: int, beta: jax.Array) -> GMMData:
         """Draw ``n`` records ``y_i = z_i beta + sigma e_i`` (spec 000 §4.1)."""
         key_z, key_e = jax.random.split(key)

@@ -48,8 +48,10 @@ from dpjax.mechanisms import (
     clipped_outer_sum,
     l2_norm,
     records_dot,
+    rows_dot,
     sanitize,
 )
+from dpjax.models.protocol import prefix_stable
 
 __all__ = [
     "IVData",
@@ -369,6 +371,7 @@ class LinearIV:
 
     # -- simulation --------------------------------------------------------------------------
 
+    @prefix_stable
     def simulate(self, key: jax.Array, n: int, truth: Any) -> IVData:
         """Draw ``n`` records of the design, given the packed true parameters ``truth``."""
         prm = self.unpack(truth)
@@ -376,8 +379,9 @@ class LinearIV:
         key_z, key_u, key_ex, key_ey = jax.random.split(key, 4)
         z = _cpu_prng.normal(key_z, (n, self.q), dtype)
         u = _cpu_prng.normal(key_u, (n, self.r), dtype)
-        x = z @ prm.theta + u @ prm.phi + _cpu_prng.normal(key_ex, (n, self.p), dtype)
-        y = x @ prm.beta + u @ prm.varphi + jax.random.normal(key_ey, (n,), dtype)
+        x = (rows_dot(z, prm.theta) + rows_dot(u, prm.phi)
+             + _cpu_prng.normal(key_ex, (n, self.p), dtype))
+        y = rows_dot(x, prm.beta) + rows_dot(u, prm.varphi) + jax.random.normal(key_ey, (n,), dtype)
         return IVData(z, x, y)
 
     def confounding_covariance(self, params: IVParameters) -> np.ndarray:

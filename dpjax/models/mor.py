@@ -52,7 +52,14 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _cpu_prng, _validate
-from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf, sanitize
+from dpjax.mechanisms import (
+    BoundedStatistic,
+    bounded_mean_from_sum,
+    clip_linf,
+    rows_dot,
+    sanitize,
+)
+from dpjax.models.protocol import prefix_stable
 
 __all__ = ["MixtureOfRegressions", "MoRData"]
 
@@ -119,6 +126,7 @@ class MixtureOfRegressions:
 
     # -- simulation ---------------------------------------------------------------------------
 
+    @prefix_stable
     def simulate(self, key: jax.Array, n: int, beta: jax.Array) -> MoRData:
         """Draw ``n`` records ``y_i = z_i <x_i, beta> + sigma e_i`` (spec 000 §4.2)."""
         key_x, key_z, key_e = jax.random.split(key, 3)
@@ -126,7 +134,7 @@ class MixtureOfRegressions:
         x = _cpu_prng.normal(key_x, (n, beta.shape[0]), dtype=beta.dtype)
         z = jax.random.rademacher(key_z, (n,), dtype=beta.dtype)
         e = jax.random.normal(key_e, (n,), dtype=beta.dtype)
-        return MoRData(x, z * (x @ beta) + self.sigma * e)
+        return MoRData(x, z * rows_dot(x, beta) + self.sigma * e)
 
     # -- E-step and gradients -----------------------------------------------------------------
 

@@ -15,7 +15,21 @@ import numpy as np
 
 from dpjax.mechanisms import BoundedStatistic
 
-__all__ = ["EMModel", "algorithm_view"]
+__all__ = ["EMModel", "algorithm_view", "prefix_stable"]
+
+
+def prefix_stable(simulate: Any) -> Any:
+    """Mark a simulator ``simulate(key, n, truth)`` (a function, a method, or a class's
+    ``__call__``) as prefix-stable: for every key, truth and ``n <= m``, its draw of ``n``
+    records is the first ``n`` records of its draw of ``m``, each record a function of the key,
+    its index and the truth. ``jax.random``'s draws are, in their leading axis (JAX's default
+    threefry generator); a simulator that standardises over its records, permutes them or
+    draws one value for all of them is not. A study then draws the data of the settings that
+    share a compiled program in one data program, at the program's rows, the rows past a
+    setting's own zeroed (:func:`dpjax.sweep.shares_data_program`), instead of compiling one
+    per setting. Returns ``simulate``."""
+    simulate.prefix_stable = True
+    return simulate
 
 
 @runtime_checkable

@@ -55,7 +55,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _cpu_prng, _validate
-from dpjax.mechanisms import BoundedStatistic, bounded_mean_from_sum, clip_linf, sanitize
+from dpjax.mechanisms import (
+    BoundedStatistic,
+    bounded_mean_from_sum,
+    clip_linf,
+    rows_dot,
+    sanitize,
+)
+from dpjax.models.protocol import prefix_stable
 
 __all__ = ["RMCData", "RegressionMissingCovariates"]
 
@@ -161,13 +168,14 @@ class RegressionMissingCovariates:
 
     # -- simulation ---------------------------------------------------------------------------
 
+    @prefix_stable
     def simulate(self, key: jax.Array, n: int, beta: jax.Array) -> RMCData:
         """Draw ``n`` records: ``x ~ N(0, I)``, ``y = <x, beta> + sigma e``, each ``x_ij``
         missing with probability ``missing_prob`` (spec 000 §1.4)."""
         key_x, key_e, key_z = jax.random.split(key, 3)
         beta = jnp.asarray(beta)
         x = _cpu_prng.normal(key_x, (n, beta.shape[0]), dtype=beta.dtype)
-        y = x @ beta + self.sigma * jax.random.normal(key_e, (n,), dtype=beta.dtype)
+        y = rows_dot(x, beta) + self.sigma * jax.random.normal(key_e, (n,), dtype=beta.dtype)
         z = jax.random.bernoulli(key_z, 1.0 - self.missing_prob, x.shape).astype(beta.dtype)
         return RMCData(z * x, z, y)
 

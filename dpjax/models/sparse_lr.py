@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _cpu_prng
+from dpjax.mechanisms import rows_dot
+from dpjax.models.protocol import prefix_stable
 
 __all__ = [
     "HardInstanceModel",
@@ -101,6 +103,7 @@ class SparseLinearModel:
         base = np.eye(d) if self.rho == 0 else toeplitz(d, self.rho)
         return self.sigma_x**2 * base
 
+    @prefix_stable
     def __call__(self, key: jax.Array, n: int, theta: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``n`` records ``(x (n, d), y (n,))``."""
         theta = jnp.asarray(theta)
@@ -109,13 +112,13 @@ class SparseLinearModel:
         x = _cpu_prng.normal(key_x, (n, d), theta.dtype)
         if self.rho != 0:
             chol = jnp.asarray(np.linalg.cholesky(toeplitz(d, self.rho)), theta.dtype)
-            x = x @ chol.T
+            x = rows_dot(x, chol.T)
         x = self.sigma_x * x
         if self.df == 0:
             zeta = jax.random.normal(key_noise, (n,), theta.dtype)
         else:
             zeta = jax.random.t(key_noise, self.df, (n,), theta.dtype)
-        return x, x @ theta + self.noise_sd * zeta
+        return x, rows_dot(x, theta) + self.noise_sd * zeta
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,12 +160,13 @@ class HardInstanceModel:
     so that the probability is valid for every ``theta``.
     """
 
+    @prefix_stable
     def __call__(self, key: jax.Array, n: int, theta: jax.Array) -> tuple[jax.Array, jax.Array]:
         theta = jnp.asarray(theta)
         d = theta.shape[0]
         key_x, key_y = jax.random.split(key)
         x = jnp.where(jax.random.bernoulli(key_x, 0.5, (n, d)), 1.0, -1.0).astype(theta.dtype)
-        p = (1 + jnp.clip(x @ theta, -1.0, 1.0)) / 2
+        p = (1 + jnp.clip(rows_dot(x, theta), -1.0, 1.0)) / 2
         y = jnp.where(jax.random.uniform(key_y, (n,)) < p, 1.0, -1.0).astype(theta.dtype)
         return x, y
 
