@@ -97,6 +97,7 @@ __all__ = [
     "shape_family",
     "SHARED_FREE_PAD_BYTES",
     "SHARED_DATA_FREE_BYTES",
+    "SHARED_DATA_FREE_BYTES_ACCELERATOR",
     "is_prefix_stable",
     "shares_data_program",
     "SHARED_MAX_REP_BYTES",
@@ -700,10 +701,15 @@ SHARED_MAX_REP_BYTES = 2**28
 #: blocks, :attr:`dpjax.base.Padded.row_block`); past it, the geometric buckets
 SHARED_FREE_PAD_BYTES = 2**26
 #: the records a study may draw past its settings' own (bytes, over all its repetitions) so
-#: that settings of one program share its data program (:func:`shares_data_program`): drawing
-#: them costs about 13 ms a million float32 normals on the 2-core CPU of benchmarks/README.md,
-#: so up to this about 0.4 s, against 0.7-1.9 s to compile one more data program there
-SHARED_DATA_FREE_BYTES = 2**27
+#: that settings of one program share its data program (:func:`shares_data_program`), on a
+#: CPU: bytes are a poor measure of a draw's cost (on the 2-core CPU of benchmarks/README.md
+#: a million float32 normals take 13 ms, a million Student-t draws, a rejection sampler, about
+#: 1.1 s; at 128 MB gem_mean's shared settings took 2.3-2.4 s each, whatever their n), so
+#: this keeps the costliest bundled draw under a compile (0.7-1.9 s for one more data program)
+SHARED_DATA_FREE_BYTES = 2**21
+#: the same on an accelerator, which draws at its memory's bandwidth and compiles for seconds
+#: (about 4.5 s a program on an H200): not measured (no device lent since)
+SHARED_DATA_FREE_BYTES_ACCELERATOR = 2**30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -830,13 +836,16 @@ def shares_data_program(setting: Setting, program: Program, reps: int) -> bool:
     of its own (one compile per setting): where its ``simulate`` is prefix-stable
     (:func:`is_prefix_stable`) and the records the shared program draws past its own
     (:func:`_shared_draws`: up to the program's rows, then zeroed) cost at most
-    :data:`SHARED_DATA_FREE_BYTES` over the ``reps`` repetitions. Either way its data are the
+    :data:`SHARED_DATA_FREE_BYTES` over the ``reps`` repetitions on a CPU,
+    :data:`SHARED_DATA_FREE_BYTES_ACCELERATOR` on an accelerator. Either way its data are the
     same, bit for bit."""
     draws = _shared_draws(setting, program) if is_prefix_stable(setting.simulate) else None
     if draws is None:
         return False
     extra = draws.num_records - setting.plan.num_records
-    return extra * _row_bytes(setting) * reps <= SHARED_DATA_FREE_BYTES
+    free = (SHARED_DATA_FREE_BYTES if jax.default_backend() == "cpu"
+            else SHARED_DATA_FREE_BYTES_ACCELERATOR)
+    return extra * _row_bytes(setting) * reps <= free
 
 
 def own_program(setting: Setting) -> Program:

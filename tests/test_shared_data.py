@@ -241,6 +241,11 @@ def test_a_setting_shares_its_programs_data_program_only_where_it_can(monkeypatc
     monkeypatch.setattr(sweep, "SHARED_DATA_FREE_BYTES", extra)
     assert sweep.shares_data_program(s, program, reps=50)
     assert not sweep.shares_data_program(s, program, reps=51)
+    # an accelerator's limit is its own
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert sweep.shares_data_program(s, program, reps=51)
+    monkeypatch.setattr(sweep, "SHARED_DATA_FREE_BYTES_ACCELERATOR", extra)
+    assert not sweep.shares_data_program(s, program, reps=51)
 
 
 def test_a_study_compiles_one_data_program_for_its_settings_and_records_it(tmp_path):
