@@ -557,7 +557,7 @@ def _padded_digest(estimator, simulate, init, record, plan, draw_truth, final_on
     disjoint = estimator.batching == "disjoint"
     batching, steps = (estimator.batching, estimator.num_steps) if disjoint else (None, None)
     own_rows = ()
-    if is_prefix_stable(simulate) and (plan.num_blocks == estimator.num_steps or not disjoint):
+    if is_prefix_stable(simulate) and _prefix_layout(estimator, plan):
         # the program's shared data program (shares_data_program), at the setting's own rows
         data_fn = _shared_data_fn(simulate, init, plan, draw_truth, batching, steps, program,
                                   True)
@@ -823,10 +823,17 @@ def _shared_draws(setting: Setting, program: Program) -> DataPlan | None:
     (:func:`_data_rows`: blocks other than one per step), which keep a data program of their
     own."""
     est, plan = setting.estimator, setting.plan
+    if not _prefix_layout(est, plan):
+        return None
     if est.batching == "disjoint":
-        return DataPlan(plan.num_blocks, program.rows) if plan.num_blocks == est.num_steps \
-            else None
+        return DataPlan(plan.num_blocks, program.rows)
     return DataPlan(plan.num_blocks, -(-program.rows // plan.num_blocks))
+
+
+def _prefix_layout(estimator: Any, plan: DataPlan) -> bool:
+    """Whether a data plan's records can be drawn at more rows per block and masked: blocks of
+    records, or disjoint batches of one block per step (not batches split from the records)."""
+    return estimator.batching != "disjoint" or plan.num_blocks == estimator.num_steps
 
 
 def shares_data_program(setting: Setting, program: Program, reps: int) -> bool:
@@ -1086,7 +1093,7 @@ def make_shared_kernels(setting: Setting, program: Program, num_devices: int = 1
 
     ``share_data`` (where :func:`shares_data_program` allows it): the data program is the
     program's, shared by the settings of equal ``simulate``, ``init``, truth draw and blocks
-    per repetition, and takes the setting's rows per block (``count``) as a last argument;
+    per repetition, and takes the setting's rows per block (its plan's ``block_size``) last;
     otherwise it is the setting's own (one per data plan)."""
     est = setting.estimator
     disjoint = est.batching == "disjoint"  # only then are the batching and steps read
