@@ -353,8 +353,30 @@ def child(argv: Sequence[str], experiments: Mapping[str, Experiment],
     except Exception as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}))
         return 1
-    print(json.dumps(info))
+    print(json.dumps(info | own_usage()))
     return 0
+
+
+def own_usage() -> dict[str, float]:
+    """This process's own resources so far: ``process_peak_rss_gb``, its peak resident memory
+    (``VmHWM`` of ``/proc/self/status`` on Linux, which counts this program's memory only;
+    elsewhere ``ru_maxrss``, which on Linux would also count the memory of the parent at the
+    moment it started this process), and ``process_cpu_seconds``, its user and system CPU
+    time; empty where neither can be read."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return {}
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    peak = ru.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, else kB
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
+        pass
+    return {"process_peak_rss_gb": round(peak / 1e9, 3),
+            "process_cpu_seconds": round(ru.ru_utime + ru.ru_stime, 1)}
 
 
 def reproduce(
@@ -452,8 +474,10 @@ def _run_studies(todo: Sequence[Plan], run: Callable[[Plan], dict[str, Any]], ou
             _log(f"{head}: FAILED ({errors[p.name]})")
             return
         total = time.perf_counter() - start
-        _log(f"{head}: done in {info['seconds']:.1f} s{_compile_note(info)} (elapsed "
-             f"{total:.0f} s)")
+        memory = (f", peak memory {info['process_peak_rss_gb']:.2f} GB"
+                  if "process_peak_rss_gb" in info else "")
+        _log(f"{head}: done in {info['seconds']:.1f} s{_compile_note(info)}{memory} "
+             f"(elapsed {total:.0f} s)")
         with lock:
             if p.fingerprint and info["fingerprint"] != p.fingerprint:
                 echo(f"note: {p.name}: the study's fingerprint {info['fingerprint']} is not "
@@ -498,9 +522,11 @@ def _record_time(timings: dict[str, Any], name: str, info: Mapping[str, Any]) ->
     (the study's seconds; with ``isolate``, the whole process's too)."""
     timings[name] = timings.get(name, {}) | {"last_seconds": info["seconds"]}
     timings[name].setdefault("first_seconds", info["seconds"])
-    if "process_seconds" in info:  # the whole process: import, compile, study, files
-        timings[name]["last_process_seconds"] = info["process_seconds"]
-        timings[name].setdefault("first_process_seconds", info["process_seconds"])
+    # the whole process (import, compile, study, files): seconds, peak memory, CPU seconds
+    for k in ("process_seconds", "process_peak_rss_gb", "process_cpu_seconds"):
+        if k in info:
+            timings[name][f"last_{k}"] = info[k]
+            timings[name].setdefault(f"first_{k}", info[k])
     for k, v in (info.get("timing") or {}).items():  # programs compiled, compile seconds
         if k != "seconds":
             timings[name][f"last_{k}"] = v

@@ -30,6 +30,30 @@ def _chunks(folder: Path) -> dict[str, int]:
             for p in folder.rglob("reps-*.npz")}
 
 
+def test_own_usage_is_the_process_own_peak_memory():
+    """A study process's peak memory is its own: a child that allocates 400 MB reads at least
+    that, and a small child of this (large, JAX-importing) process reads small (``ru_maxrss``
+    on Linux would count this process's memory at the moment the child started)."""
+    import subprocess
+    import sys
+
+    def usage(code: str) -> dict:
+        out = subprocess.run([sys.executable, "-c", "import json\nfrom dpjax.reproduce import "
+                              f"own_usage\n{code}\nprint(json.dumps(own_usage()))"],
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    touch = "x = bytearray(400_000_000)\nx[::4096] = b'1' * len(x[::4096])"
+    big = usage(touch)
+    assert big["process_peak_rss_gb"] >= 0.4
+    x = bytearray(400_000_000)  # this process now holds at least 0.4 GB when it starts one
+    x[::4096] = b"1" * len(x[::4096])
+    small = usage("")
+    del x
+    assert small["process_peak_rss_gb"] < 0.35, small
+    assert big["process_cpu_seconds"] >= small["process_cpu_seconds"] >= 0
+
+
 def test_run_all_regenerates_resumes_and_lists_what_moved(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "cache"))
     names = ["dp_mean", "glm_real"]
@@ -52,6 +76,11 @@ def test_run_all_regenerates_resumes_and_lists_what_moved(tmp_path, capsys, monk
     assert set(timings) == set(names)
     # each study ran in its own process (import and compile included in its whole time)
     assert all(t["first_process_seconds"] > t["first_seconds"] > 0 for t in timings.values())
+    # and its own peak memory and CPU seconds (a process that imports JAX: over 50 MB)
+    for t in timings.values():
+        assert 0.05 < t["first_process_peak_rss_gb"] < 24
+        assert t["first_process_cpu_seconds"] > 0
+        assert f"peak memory {t['first_process_peak_rss_gb']:.2f} GB" in printed.err
     # its programs compiled and compile seconds are in the timing line and the timings
     for name, t in timings.items():
         n, secs = t["first_programs_compiled"], t["first_compile_seconds"]
