@@ -359,24 +359,20 @@ def child(argv: Sequence[str], experiments: Mapping[str, Experiment],
 
 def own_usage() -> dict[str, float]:
     """This process's own resources so far: ``process_peak_rss_gb``, its peak resident memory
-    (``VmHWM`` of ``/proc/self/status`` on Linux, which counts this program's memory only;
-    elsewhere ``ru_maxrss``, which on Linux would also count the memory of the parent at the
-    moment it started this process), and ``process_cpu_seconds``, its user and system CPU
-    time; empty where neither can be read."""
+    (:func:`dpjax._memory.process_peak_gb`: its own program's, not its parent's), and
+    ``process_cpu_seconds``, its user and system CPU time; what cannot be read is left out."""
+    from dpjax import _memory
+
+    out: dict[str, float] = {}
+    peak = _memory.process_peak_gb()
+    if peak is not None:
+        out["process_peak_rss_gb"] = peak
     try:
         import resource
     except ImportError:  # pragma: no cover - Windows
-        return {}
+        return out
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    peak = ru.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, else kB
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                peak = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
-        pass
-    return {"process_peak_rss_gb": round(peak / 1e9, 3),
-            "process_cpu_seconds": round(ru.ru_utime + ru.ru_stime, 1)}
+    return out | {"process_cpu_seconds": round(ru.ru_utime + ru.ru_stime, 1)}
 
 
 def reproduce(

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from dpjax import _compiles, _validate, plotting, results, sweep
+from dpjax import _compiles, _memory, _validate, plotting, results, sweep
 from dpjax._validate import ConfigError
 from dpjax.accounting import PrivacyBudgetError, check_delivers
 from dpjax.config import Config, make_config
@@ -692,7 +692,7 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
     store.set_bounds(s.key, plan.bounds)
     t0 = time.perf_counter()
     ran: dict[str, Any] = {}
-    with _compiles.tally() as compiles:
+    with _compiles.tally() as compiles, _memory.stretch() as memory:
         trace = sweep.run_setting(s, reps=reps, seed=seed, plan=plan, store=store,
                                   progress=progress, num_devices=num_devices,
                                   on_invalid=on_invalid, program=program, programs=ran)
@@ -709,6 +709,7 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
     return metrics, {"key": s.key, "columns": s.columns, "chunk_size": plan.chunk_size,
                      "data_mode": plan.data_mode, **ran,
                      "seconds": round(time.perf_counter() - t0, 3), **compiles.to_dict(),
+                     **({} if memory.peak_gb is None else {"peak_rss_gb": memory.peak_gb}),
                      "levels": levels}
 
 

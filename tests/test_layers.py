@@ -17,7 +17,7 @@ DOC = ROOT / "docs" / "architecture.md"
 # Bottom to top. A module may import from its own group and from lower layers only; an import
 # between two groups of one layer must be listed in SAME_LAYER with its reason.
 LAYERS = [
-    {"_float_sampler", "_compiles"},
+    {"_float_sampler", "_compiles", "_memory"},
     {"_validate", "_cpu_prng", "_gaussian_curve"},
     {"discrete_noise", "_pld"},
     {"mechanisms"},
