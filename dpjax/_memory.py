@@ -1,27 +1,23 @@
-"""Peak resident memory of this process, and of one stretch of it (a setting of a study):
-what ``config.json`` records per setting (``peak_rss_gb``) and ``dpjax run --all`` per study
-process (``process_peak_rss_gb``), so that a study's memory can be checked against its budget.
+"""Peak resident memory of this process so far: what ``config.json`` records after each setting
+of a study (``peak_rss_gb``) and ``dpjax run --all`` per study process
+(``process_peak_rss_gb``), so that a study's memory can be held against its budget.
 
-On Linux the peak is the kernel's own high-water mark of this program's resident memory
-(``VmHWM`` in ``/proc/self/status``), which :func:`stretch` resets at its start (``5`` written
-to ``/proc/self/clear_refs``) to read the peak of the stretch alone; :func:`process_peak_gb`
-keeps the largest mark seen before a reset, so the process's peak stays whole. Elsewhere
-``ru_maxrss`` gives the process's peak, and a stretch's is not measured (``None``).
+On Linux it is the kernel's high-water mark of this program's resident memory (``VmHWM`` in
+``/proc/self/status``); ``ru_maxrss`` would also count the parent's memory at the moment this
+process was started (a child of a process that holds 1 GB reads at least 1 GB). Elsewhere
+``ru_maxrss``. The mark is never reset here (resetting it would also hide the peak from the
+tools that time a run, such as ``/usr/bin/time``), so a setting's value is the process's peak
+up to its end: the setting that raised it is the one whose value jumps.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["Stretch", "process_peak_gb", "stretch"]
+__all__ = ["process_peak_gb"]
 
 _STATUS = Path("/proc/self/status")
-_CLEAR_REFS = Path("/proc/self/clear_refs")
-_before_reset = 0  # the largest high-water mark read before a reset (bytes)
 
 
 def _high_water() -> int | None:
@@ -35,51 +31,15 @@ def _high_water() -> int | None:
     return None
 
 
-def _reset() -> bool:
-    """Reset the high-water mark to the current resident memory; False where it cannot be."""
-    global _before_reset
-    mark = _high_water()
-    if mark is None:
-        return False
-    try:
-        _CLEAR_REFS.write_text("5")
-    except OSError:
-        return False
-    _before_reset = max(_before_reset, mark)
-    return True
-
-
 def process_peak_gb() -> float | None:
-    """This process's peak resident memory so far, in GB (1e9 bytes): its own program's only
-    (``VmHWM``; ``ru_maxrss`` on Linux would also count its parent's memory at the moment it
-    was started), or ``ru_maxrss`` where there is no ``VmHWM``; None where neither is known."""
+    """This process's peak resident memory so far, in GB (1e9 bytes): its own program's
+    (``VmHWM``), else ``ru_maxrss``; None where neither is known."""
     mark = _high_water()
     if mark is not None:
-        return round(max(mark, _before_reset) / 1e9, 3)
+        return round(mark / 1e9, 3)
     try:
         import resource
     except ImportError:  # pragma: no cover - Windows
         return None
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(rss * (1 if sys.platform == "darwin" else 1024) / 1e9, 3)  # bytes on macOS
-
-
-@dataclasses.dataclass
-class Stretch:
-    """The peak resident memory of the process while a :func:`stretch` ran, in GB (what was
-    resident at its start included); None while it runs, and where it cannot be measured."""
-
-    peak_gb: float | None = None
-
-
-@contextlib.contextmanager
-def stretch() -> Iterator[Stretch]:
-    """Measure the peak resident memory of the process over the ``with`` block (Linux)."""
-    out = Stretch()
-    measured = _reset()
-    try:
-        yield out
-    finally:
-        if measured:
-            mark = _high_water()
-            out.peak_gb = None if mark is None else round(mark / 1e9, 3)

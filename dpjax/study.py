@@ -692,10 +692,11 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
     store.set_bounds(s.key, plan.bounds)
     t0 = time.perf_counter()
     ran: dict[str, Any] = {}
-    with _compiles.tally() as compiles, _memory.stretch() as memory:
+    with _compiles.tally() as compiles:
         trace = sweep.run_setting(s, reps=reps, seed=seed, plan=plan, store=store,
                                   progress=progress, num_devices=num_devices,
                                   on_invalid=on_invalid, program=program, programs=ran)
+    peak = _memory.process_peak_gb()  # the process's peak so far (a jump: this setting's)
     metrics, events = sweep.split_events(trace, sweep.event_structure(s))
     if on_invalid == "clip" and sweep.NONFINITE_DATA in trace:
         metrics[NONFINITE_COLUMN] = _nonfinite_column(s, trace[sweep.NONFINITE_DATA], metrics)
@@ -709,7 +710,7 @@ def _run_one(s: Setting, store: Any, *, reps: int, seed: int, chunk_size: int | 
     return metrics, {"key": s.key, "columns": s.columns, "chunk_size": plan.chunk_size,
                      "data_mode": plan.data_mode, **ran,
                      "seconds": round(time.perf_counter() - t0, 3), **compiles.to_dict(),
-                     **({} if memory.peak_gb is None else {"peak_rss_gb": memory.peak_gb}),
+                     **({} if peak is None else {"peak_rss_gb": peak}),
                      "levels": levels}
 
 
