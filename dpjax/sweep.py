@@ -98,6 +98,8 @@ __all__ = [
     "SHARED_FREE_PAD_BYTES",
     "SHARED_DATA_FREE_BYTES",
     "SHARED_DATA_FREE_BYTES_ACCELERATOR",
+    "SHARED_DATA_FREE_BYTES_REJECTION",
+    "draws_by_rejection",
     "is_prefix_stable",
     "shares_data_program",
     "SHARED_MAX_REP_BYTES",
@@ -701,12 +703,16 @@ SHARED_MAX_REP_BYTES = 2**28
 #: blocks, :attr:`dpjax.base.Padded.row_block`); past it, the geometric buckets
 SHARED_FREE_PAD_BYTES = 2**26
 #: the records a study may draw past its settings' own (bytes, over all its repetitions) so
-#: that settings of one program share its data program (:func:`shares_data_program`), on a
-#: CPU: bytes are a poor measure of a draw's cost (on the 2-core CPU of benchmarks/README.md
-#: a million float32 normals take 13 ms, a million Student-t draws, a rejection sampler, about
-#: 1.1 s; at 128 MB gem_mean's shared settings took 2.3-2.4 s each, whatever their n), so
-#: this keeps the costliest bundled draw under a compile (0.7-1.9 s for one more data program)
-SHARED_DATA_FREE_BYTES = 2**21
+#: that settings of one program share its data program (:func:`shares_data_program`), on a CPU,
+#: for a ``simulate`` of plain draws (no rejection loop, :func:`draws_by_rejection`): on the
+#: 2-core CPU of benchmarks/README.md a million float32 normals take 13 ms, so 128 MiB of them
+#: about 0.4 s, under the 0.7-1.9 s of compiling one more data program
+SHARED_DATA_FREE_BYTES = 2**27
+#: the same for a ``simulate`` that draws by rejection (:func:`draws_by_rejection`): a million
+#: Student-t draws take 1.1 s on that CPU (85 times a normal's bytes); at 128 MiB gem_mean's
+#: shared settings took 2.3-2.4 s each, whatever their n, so this keeps its extra draws under
+#: a compile
+SHARED_DATA_FREE_BYTES_REJECTION = 2**21
 #: the same on an accelerator, which draws at its memory's bandwidth and compiles for seconds
 #: (about 4.5 s a program on an H200): not measured (no device lent since)
 SHARED_DATA_FREE_BYTES_ACCELERATOR = 2**30
@@ -843,16 +849,53 @@ def shares_data_program(setting: Setting, program: Program, reps: int) -> bool:
     of its own (one compile per setting): where its ``simulate`` is prefix-stable
     (:func:`is_prefix_stable`) and the records the shared program draws past its own
     (:func:`_shared_draws`: up to the program's rows, then zeroed) cost at most
-    :data:`SHARED_DATA_FREE_BYTES` over the ``reps`` repetitions on a CPU,
-    :data:`SHARED_DATA_FREE_BYTES_ACCELERATOR` on an accelerator. Either way its data are the
-    same, bit for bit."""
+    :data:`SHARED_DATA_FREE_BYTES` over the ``reps`` repetitions on a CPU
+    (:data:`SHARED_DATA_FREE_BYTES_REJECTION` for a ``simulate`` that draws by rejection,
+    :func:`draws_by_rejection`), :data:`SHARED_DATA_FREE_BYTES_ACCELERATOR` on an
+    accelerator. Either way its data are the same, bit for bit."""
     draws = _shared_draws(setting, program) if is_prefix_stable(setting.simulate) else None
     if draws is None:
         return False
     extra = draws.num_records - setting.plan.num_records
-    free = (SHARED_DATA_FREE_BYTES if jax.default_backend() == "cpu"
-            else SHARED_DATA_FREE_BYTES_ACCELERATOR)
+    if jax.default_backend() != "cpu":
+        free = SHARED_DATA_FREE_BYTES_ACCELERATOR
+    elif draws_by_rejection(setting):
+        free = SHARED_DATA_FREE_BYTES_REJECTION
+    else:
+        free = SHARED_DATA_FREE_BYTES
     return extra * _row_bytes(setting) * reps <= free
+
+
+#: primitives whose work depends on the values drawn: a loop until a condition holds
+#: (``lax.while_loop``: rejection samplers such as ``jax.random.poisson``) and ``jax.random``'s
+#: gamma sampler (a rejection loop inside one primitive: gamma, beta, chi-square, Student-t,
+#: Dirichlet draws)
+_REJECTION_PRIMITIVES = frozenset({"while", "random_gamma"})
+
+
+def draws_by_rejection(setting: Setting) -> bool:
+    """Whether the setting's ``simulate`` draws by rejection: its program (traced at two
+    records) holds a loop whose length depends on the draws (:data:`_REJECTION_PRIMITIVES`,
+    at any depth). Such draws cost far more per byte than plain ones (a Student-t draw about
+    85 times a normal on the CPU of benchmarks/README.md), which :func:`shares_data_program`
+    weighs."""
+    truth = setting.example_truth()
+    closed = jax.make_jaxpr(lambda k: setting.simulate(k, 2, truth))(jax.random.key(0))
+    return _holds_primitive(closed, _REJECTION_PRIMITIVES)
+
+
+def _holds_primitive(closed: Any, names: frozenset[str]) -> bool:
+    """Whether a (closed) jaxpr or one nested in its equations' parameters holds one of the
+    primitives ``names``."""
+    for eqn in getattr(getattr(closed, "jaxpr", closed), "eqns", ()):
+        if eqn.primitive.name in names:
+            return True
+        for value in eqn.params.values():
+            for v in value if isinstance(value, tuple | list) else (value,):
+                if (isinstance(v, jax.extend.core.ClosedJaxpr | jax.extend.core.Jaxpr)
+                        and _holds_primitive(v, names)):
+                    return True
+    return False
 
 
 def own_program(setting: Setting) -> Program:

@@ -241,11 +241,50 @@ def test_a_setting_shares_its_programs_data_program_only_where_it_can(monkeypatc
     monkeypatch.setattr(sweep, "SHARED_DATA_FREE_BYTES", extra)
     assert sweep.shares_data_program(s, program, reps=50)
     assert not sweep.shares_data_program(s, program, reps=51)
+    # a simulate that draws by rejection has a limit of its own (plain draws: not that one)
+    heavy = dataclasses.replace(s, simulate=_t_draws)
+    assert sweep.draws_by_rejection(heavy) and not sweep.draws_by_rejection(s)
+    monkeypatch.setattr(sweep, "SHARED_DATA_FREE_BYTES", 10 * extra)
+    monkeypatch.setattr(sweep, "SHARED_DATA_FREE_BYTES_REJECTION", extra)
+    assert sweep.shares_data_program(heavy, program, reps=50)
+    assert not sweep.shares_data_program(heavy, program, reps=51)
     # an accelerator's limit is its own
+    monkeypatch.setattr(sweep, "SHARED_DATA_FREE_BYTES", extra)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert sweep.shares_data_program(s, program, reps=51)
+    assert sweep.shares_data_program(heavy, program, reps=51)
     monkeypatch.setattr(sweep, "SHARED_DATA_FREE_BYTES_ACCELERATOR", extra)
     assert not sweep.shares_data_program(s, program, reps=51)
+
+
+@prefix_stable
+def _t_draws(key, n, beta):
+    x = beta[0] + jax.random.t(key, 3.0, (n,), jnp.float32)
+    return GMMData(x[:, None] * jnp.ones((1, beta.shape[0]), jnp.float32))
+
+
+def _poisson_draws(key, n, beta):
+    return GMMData(jax.random.poisson(key, 2.0, (n, beta.shape[0])).astype(jnp.float32))
+
+
+def _normals_in_a_loop(key, n, beta):  # a fixed-length loop (a scan): plain draws
+    x = jax.lax.map(lambda k: jax.random.normal(k, (beta.shape[0],)), jax.random.split(key, n))
+    return GMMData(x)
+
+
+def _rejection_inside_a_branch(key, n, beta):
+    x = jax.lax.cond(beta[0] > 0, lambda k: _poisson_draws(k, n, beta).y,
+                     lambda k: jax.random.normal(k, (n, beta.shape[0])), key)
+    return GMMData(x)
+
+
+@pytest.mark.parametrize("simulate, rejection", [
+    (GMM.simulate, False), (_normals_in_a_loop, False), (_t_draws, True),
+    (_poisson_draws, True), (_rejection_inside_a_branch, True)])
+def test_draws_by_rejection_finds_a_loop_of_the_draws_own_length_at_any_depth(simulate,
+                                                                              rejection):
+    s = dataclasses.replace(_gem_setting(300, 5), simulate=simulate)
+    assert sweep.draws_by_rejection(s) is rejection
 
 
 def test_a_study_compiles_one_data_program_for_its_settings_and_records_it(tmp_path):
