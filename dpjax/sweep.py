@@ -874,13 +874,14 @@ _REJECTION_PRIMITIVES = frozenset({"while", "random_gamma"})
 
 
 def draws_by_rejection(setting: Setting) -> bool:
-    """Whether the setting's ``simulate`` draws by rejection: its program (traced at two
-    records) holds a loop whose length depends on the draws (:data:`_REJECTION_PRIMITIVES`,
-    at any depth). Such draws cost far more per byte than plain ones (a Student-t draw about
-    85 times a normal on the CPU of benchmarks/README.md), which :func:`shares_data_program`
-    weighs."""
+    """Whether the setting's ``simulate`` draws by rejection: its program (traced, not run, at
+    the setting's block size) holds a loop whose length depends on the draws
+    (:data:`_REJECTION_PRIMITIVES`, at any depth). Such draws cost far more per byte than
+    plain ones (a Student-t draw about 85 times a normal on the CPU of benchmarks/README.md),
+    which :func:`shares_data_program` weighs."""
     truth = setting.example_truth()
-    closed = jax.make_jaxpr(lambda k: setting.simulate(k, 2, truth))(jax.random.key(0))
+    closed = jax.make_jaxpr(lambda k: setting.simulate(k, setting.plan.block_size, truth))(
+        jax.random.key(0))
     return _holds_primitive(closed, _REJECTION_PRIMITIVES)
 
 
