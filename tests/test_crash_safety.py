@@ -521,6 +521,7 @@ def _config_without_timings(out):
         s.pop("compiled")  # whether this process compiled the program: a fact of the run
         for k in ("programs_compiled", "compile_seconds", "programs_from_cache"):
             s.pop(k)
+        s.pop("peak_rss_gb", None)  # the process's memory so far: a fact of the run
     return cfg
 
 
