@@ -50,7 +50,8 @@ def test_own_usage_is_the_process_own_peak_memory():
     x[::4096] = b"1" * len(x[::4096])
     small = usage("")
     del x
-    assert small["process_peak_rss_gb"] < 0.35, small
+    if sys.platform == "linux":  # VmHWM: elsewhere ru_maxrss, whose inheritance differs
+        assert small["process_peak_rss_gb"] < 0.35, small
     assert big["process_cpu_seconds"] >= small["process_cpu_seconds"] >= 0
 
 
